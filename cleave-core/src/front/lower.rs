@@ -1,0 +1,461 @@
+//! Checks a [`KernelDecl`] and turns it into a validated [`Graph`].
+//!
+//! Composites expand here: `softmax(x)` is `exp(x) / sum(exp(x))` and `rmsnorm(x)` is
+//! `x * rsqrt(mean(square(x)) + eps)`, in their exact mathematical form. Making them numerically
+//! safe is the scheduler's job, which it can do only because it sees the primitives. Equal
+//! subexpressions share one node, and constant subexpressions are folded.
+
+use std::collections::HashMap;
+
+use super::decl::{AxisDecl, KernelDecl, TensorSrc};
+use super::diag::{Diagnostic, Pos};
+use super::expr::{parse, Arg, BinTok, Expr, ExprKind};
+use super::ident::check_ident;
+use crate::graph::{
+    normalize_axis, validate, BinaryOp, DType, Dim, DimTable, DimVar, Graph, NodeId, Op, ReduceOp, Shape, TensorDecl,
+    UnaryOp, ValidGraph,
+};
+
+/// The largest extent of one axis. Grids, loop counters and per-axis offsets are 32-bit.
+pub const MAX_DIM: i128 = (1 << 31) - 1;
+/// The largest number of elements in one tensor; offsets are computed in 64 bits.
+pub const MAX_ELEMENTS: u128 = 1 << 48;
+
+/// Names the body language reserves for its functions.
+pub const FUNCTIONS: &[&str] = &[
+    "matmul",
+    "transpose",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "recip",
+    "silu",
+    "sigmoid",
+    "gelu",
+    "max",
+    "sum",
+    "mean",
+    "softmax",
+    "rmsnorm",
+];
+
+/// Default `eps` of `rmsnorm`.
+pub const RMSNORM_EPS: f64 = 1e-6;
+
+/// Checks one declaration and builds its graph.
+pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
+    if let Some(msg) = check_ident(&decl.name) {
+        return Err(Diagnostic::new(decl.name_pos, format!("kernel name: {msg}")));
+    }
+    let mut dims = DimTable::new();
+    let mut dim_pos: HashMap<String, Pos> = HashMap::new();
+    for d in &decl.dims {
+        if let Some(msg) = check_ident(&d.name) {
+            return Err(Diagnostic::new(d.pos, format!("dim name: {msg}")));
+        }
+        if let Some(first) = dim_pos.get(&d.name) {
+            return Err(Diagnostic::new(
+                d.pos,
+                format!("dim `{}` is declared twice (first at {}:{})", d.name, first.line, first.col),
+            ));
+        }
+        if d.value <= 0 {
+            return Err(Diagnostic::new(d.value_pos, format!("dim `{}` must be positive, got {}", d.name, d.value)));
+        }
+        if d.value > MAX_DIM {
+            return Err(Diagnostic::new(
+                d.value_pos,
+                format!("dim `{}` = {} is too large (the limit is {MAX_DIM})", d.name, d.value),
+            ));
+        }
+        dim_pos.insert(d.name.clone(), d.pos);
+        dims.plain(d.name.clone(), d.value as u64, d.dynamic);
+    }
+
+    let mut graph = Graph::new(decl.name.clone(), dims);
+    let mut env: HashMap<String, Binding> = HashMap::new();
+    let mut tensor_pos: HashMap<&str, Pos> = HashMap::new();
+    for t in decl.inputs.iter().chain(&decl.outputs) {
+        if let Some(msg) = check_ident(&t.name) {
+            return Err(Diagnostic::new(t.pos, format!("tensor name: {msg}")));
+        }
+        if FUNCTIONS.contains(&t.name.as_str()) {
+            return Err(Diagnostic::new(t.pos, format!("`{}` is a function name and cannot name a tensor", t.name)));
+        }
+        if let Some(first) = tensor_pos.get(t.name.as_str()) {
+            return Err(Diagnostic::new(
+                t.pos,
+                format!("tensor `{}` is declared twice (first at {}:{})", t.name, first.line, first.col),
+            ));
+        }
+        tensor_pos.insert(&t.name, t.pos);
+    }
+    for t in &decl.inputs {
+        let decl_t = tensor_decl(t, &graph.dims)?;
+        let node = graph.add_input(decl_t);
+        if let Some(list) = &t.reduce {
+            let mut vars = Vec::new();
+            for a in list {
+                let var = graph
+                    .dims
+                    .find(&a.name)
+                    .filter(|v| graph.inputs.last().is_some_and(|i| i.decl.shape.contains(&Dim::Var(*v))));
+                match var {
+                    Some(v) => vars.push(v),
+                    None => {
+                        return Err(Diagnostic::new(
+                            a.pos,
+                            format!("`reduce` of `{}` names `{}`, which is not one of its dims", t.name, a.name),
+                        ))
+                    }
+                }
+            }
+            if let Some(input) = graph.inputs.last_mut() {
+                input.reduce_override = Some(vars);
+            }
+        }
+        env.insert(t.name.clone(), Binding { node, pos: t.pos, used: false, input: true });
+    }
+    let outputs: Vec<(TensorDecl, &TensorSrc)> =
+        decl.outputs.iter().map(|t| Ok((tensor_decl(t, &graph.dims)?, t))).collect::<Result<_, Diagnostic>>()?;
+
+    let stmts = parse(&decl.body.text).map_err(|e| Diagnostic::new(decl.body.pos(e.offset), e.message))?;
+    if stmts.is_empty() {
+        return Err(Diagnostic::new(decl.body.pos(0), "the body has no statements"));
+    }
+    let mut cx = Lowering { graph, env, decl, memo: HashMap::new() };
+    let mut assigned_at: HashMap<String, usize> = HashMap::new();
+    for stmt in &stmts {
+        let at = decl.body.pos(stmt.offset);
+        if let Some(msg) = check_ident(&stmt.target) {
+            return Err(Diagnostic::new(at, msg));
+        }
+        if FUNCTIONS.contains(&stmt.target.as_str()) {
+            return Err(Diagnostic::new(at, format!("`{}` is a function name and cannot be assigned", stmt.target)));
+        }
+        if let Some(b) = cx.env.get(&stmt.target) {
+            let msg = if b.input {
+                format!("`{}` is an input and cannot be assigned", stmt.target)
+            } else {
+                format!("`{}` is assigned twice (first at {}:{})", stmt.target, b.pos.line, b.pos.col)
+            };
+            return Err(Diagnostic::new(at, msg));
+        }
+        let node = cx.expr(&stmt.value)?;
+        cx.env.insert(stmt.target.clone(), Binding { node, pos: at, used: false, input: false });
+        assigned_at.insert(stmt.target.clone(), stmt.offset);
+    }
+
+    for (out_decl, src) in outputs {
+        let Some(binding) = cx.env.get_mut(&src.name) else {
+            return Err(Diagnostic::new(src.pos, format!("output `{}` is never assigned in the body", src.name)));
+        };
+        binding.used = true;
+        let (node, at) = (binding.node, binding.pos);
+        match cx.graph.node(node).op {
+            Op::Input(i) => {
+                let name = &cx.graph.inputs[i as usize].decl.name;
+                return Err(Diagnostic::new(
+                    at,
+                    format!("output `{}` must be computed, not be a copy of input `{name}`", src.name),
+                ));
+            }
+            Op::Const(_) => {
+                return Err(Diagnostic::new(
+                    at,
+                    format!("output `{}` must be computed from the inputs, not be a constant", src.name),
+                ))
+            }
+            _ => {}
+        }
+        let computed = cx.graph.shape(node).to_vec();
+        if crate::graph::squeeze_leading(&computed) != crate::graph::squeeze_leading(&out_decl.shape) {
+            return Err(Diagnostic::new(
+                at,
+                format!(
+                    "output `{}` is declared {}{} but the body computes {}",
+                    src.name,
+                    out_decl.dtype,
+                    cx.graph.dims.show(&out_decl.shape),
+                    cx.graph.dims.show(&computed)
+                ),
+            ));
+        }
+        cx.graph.add_output(out_decl, node);
+    }
+    for t in &decl.inputs {
+        if !cx.env[&t.name].used {
+            return Err(Diagnostic::new(t.pos, format!("input `{}` is never used", t.name)));
+        }
+    }
+    for stmt in &stmts {
+        if !cx.env[&stmt.target].used {
+            return Err(Diagnostic::new(
+                decl.body.pos(stmt.offset),
+                format!("`{}` is assigned but never used (and is not an output)", stmt.target),
+            ));
+        }
+    }
+    let graph = cx.graph;
+    validate(graph).map_err(|e| Diagnostic::new(decl.pos, format!("internal error: the lowered graph is invalid: {e}")))
+}
+
+fn tensor_decl(t: &TensorSrc, dims: &DimTable) -> Result<TensorDecl, Diagnostic> {
+    let Some(dtype) = DType::parse(&t.dtype) else {
+        let shown = if t.dtype.is_empty() { "nothing".to_string() } else { format!("`{}`", t.dtype) };
+        return Err(Diagnostic::new(
+            t.dtype_pos,
+            format!("unknown dtype {shown} for `{}`; expected f16, bf16 or f32", t.name),
+        ));
+    };
+    let mut shape: Shape = Vec::new();
+    let mut elements: u128 = 1;
+    for AxisDecl { name, pos } in &t.shape {
+        if name == "1" {
+            shape.push(Dim::One);
+            continue;
+        }
+        let Some(v) = dims.find(name) else {
+            let msg = if name.chars().all(|c| c.is_ascii_digit() || c == '-') {
+                format!("axis `{name}` of `{}` must name a declared dim (or be 1)", t.name)
+            } else {
+                format!("`{name}` in the shape of `{}` is not a declared dim", t.name)
+            };
+            return Err(Diagnostic::new(*pos, msg));
+        };
+        elements = elements.saturating_mul(u128::from(dims.get(v).value));
+        shape.push(Dim::Var(v));
+    }
+    if elements > MAX_ELEMENTS {
+        return Err(Diagnostic::new(
+            t.pos,
+            format!("`{}` has {elements} elements, more than the limit of 2^48", t.name),
+        ));
+    }
+    Ok(TensorDecl { name: t.name.clone(), dtype, shape })
+}
+
+struct Binding {
+    node: NodeId,
+    pos: Pos,
+    used: bool,
+    input: bool,
+}
+
+struct Lowering<'d> {
+    graph: Graph,
+    env: HashMap<String, Binding>,
+    decl: &'d KernelDecl,
+    memo: HashMap<(Op, Vec<NodeId>), NodeId>,
+}
+
+impl Lowering<'_> {
+    fn at(&self, offset: usize) -> Pos {
+        self.decl.body.pos(offset)
+    }
+
+    fn fail<T>(&self, offset: usize, message: impl Into<String>) -> Result<T, Diagnostic> {
+        Err(Diagnostic::new(self.at(offset), message))
+    }
+
+    fn constant_value(&self, id: NodeId) -> Option<f64> {
+        match self.graph.node(id).op {
+            Op::Const(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Adds an op (or finds the identical one already built), folding constants.
+    fn op(&mut self, op: Op, args: &[NodeId], offset: usize) -> Result<NodeId, Diagnostic> {
+        let consts: Option<Vec<f64>> = args.iter().map(|a| self.constant_value(*a)).collect();
+        if let Some(c) = consts {
+            let folded = match op {
+                Op::Unary(u) => Some(u.eval(c[0])),
+                Op::Binary(b) => Some(b.eval(c[0], c[1])),
+                _ => None,
+            };
+            if let Some(v) = folded {
+                if !v.is_finite() {
+                    return self.fail(offset, format!("this constant expression evaluates to {v}"));
+                }
+                return Ok(self.graph.constant(v));
+            }
+        }
+        let key = (op, args.to_vec());
+        if let Some(&id) = self.memo.get(&key) {
+            return Ok(id);
+        }
+        let id = self.graph.add(op, args).map_err(|e| Diagnostic::new(self.at(offset), e.message(&self.graph.dims)))?;
+        self.memo.insert(key, id);
+        Ok(id)
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<NodeId, Diagnostic> {
+        match &e.kind {
+            ExprKind::Num(x) => Ok(self.graph.constant(*x)),
+            ExprKind::Name(name) => match self.env.get_mut(name) {
+                Some(b) => {
+                    b.used = true;
+                    Ok(b.node)
+                }
+                None if self.graph.dims.find(name).is_some() => {
+                    self.fail(e.offset, format!("`{name}` is a dim, not a tensor; dims cannot appear in expressions"))
+                }
+                None if FUNCTIONS.contains(&name.as_str()) => {
+                    self.fail(e.offset, format!("`{name}` is a function; call it as `{name}(...)`"))
+                }
+                None => self.fail(e.offset, format!("undefined name `{name}`")),
+            },
+            ExprKind::Neg(inner) => {
+                let x = self.expr(inner)?;
+                self.op(Op::Unary(UnaryOp::Neg), &[x], e.offset)
+            }
+            ExprKind::Bin(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let op = match op {
+                    BinTok::Add => BinaryOp::Add,
+                    BinTok::Sub => BinaryOp::Sub,
+                    BinTok::Mul => BinaryOp::Mul,
+                    BinTok::Div => BinaryOp::Div,
+                };
+                self.op(Op::Binary(op), &[x, y], e.offset)
+            }
+            ExprKind::Call { func, args } => self.call(func, args, e.offset),
+        }
+    }
+
+    fn call(&mut self, func: &str, args: &[Arg], offset: usize) -> Result<NodeId, Diagnostic> {
+        let allowed: &[&str] = match func {
+            "max" if args.iter().any(|a| a.keyword.is_some()) => &["axis"],
+            "sum" | "mean" | "softmax" => &["axis"],
+            "rmsnorm" => &["axis", "eps"],
+            f if FUNCTIONS.contains(&f) => &[],
+            _ => return self.fail(offset, format!("unknown op `{func}`; expected one of {}", FUNCTIONS.join(", "))),
+        };
+        let mut positional = Vec::new();
+        let mut keywords: Vec<(&str, usize, &Expr)> = Vec::new();
+        for a in args {
+            match &a.keyword {
+                Some((k, koff)) => {
+                    if !allowed.contains(&k.as_str()) {
+                        let hint = match allowed {
+                            [] => format!("`{func}` takes no keyword arguments"),
+                            list => format!(
+                                "expected {}",
+                                list.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" or ")
+                            ),
+                        };
+                        return self.fail(*koff, format!("unknown keyword `{k}` for `{func}`; {hint}"));
+                    }
+                    if keywords.iter().any(|(prev, ..)| prev == k) {
+                        return self.fail(*koff, format!("keyword `{k}` is given twice"));
+                    }
+                    keywords.push((k, *koff, &a.value));
+                }
+                None => {
+                    if let Some((k, koff, _)) = keywords.first() {
+                        return self.fail(*koff, format!("positional arguments must come before `{k}=`"));
+                    }
+                    positional.push(&a.value);
+                }
+            }
+        }
+        let want = match func {
+            "matmul" => 2,
+            "max" if keywords.is_empty() => 2,
+            _ => 1,
+        };
+        if positional.len() != want {
+            let what = if want == 1 { "1 tensor argument".to_string() } else { format!("{want} tensor arguments") };
+            return self.fail(offset, format!("`{func}` takes {what}, got {}", positional.len()));
+        }
+        let keyword = |name: &str| keywords.iter().find(|(k, ..)| *k == name).map(|(_, _, e)| *e);
+        let mut xs = Vec::new();
+        for p in &positional {
+            xs.push(self.expr(p)?);
+        }
+        let x = xs[0];
+        let rank = self.graph.shape(x).len();
+        let axis = |cx: &Self, required: bool| -> Result<u32, Diagnostic> {
+            match keyword("axis") {
+                Some(e) => {
+                    let v = cx.int_literal(e)?;
+                    normalize_axis(v, rank).map_err(|err| Diagnostic::new(cx.at(e.offset), err.message(&cx.graph.dims)))
+                }
+                None if required => cx.fail(offset, format!("`{func}` needs `axis=`")),
+                None => {
+                    normalize_axis(-1, rank).map_err(|err| Diagnostic::new(cx.at(offset), err.message(&cx.graph.dims)))
+                }
+            }
+        };
+        match func {
+            "matmul" => self.op(Op::MatMul, &xs, offset),
+            "transpose" => self.op(Op::Transpose, &xs, offset),
+            "max" if keywords.is_empty() => self.op(Op::Binary(BinaryOp::Max), &xs, offset),
+            "max" => {
+                let a = axis(self, true)?;
+                self.op(Op::Reduce(ReduceOp::Max, a), &xs, offset)
+            }
+            "sum" | "mean" => {
+                let a = axis(self, true)?;
+                let r = if func == "sum" { ReduceOp::Sum } else { ReduceOp::Mean };
+                self.op(Op::Reduce(r, a), &xs, offset)
+            }
+            "softmax" => {
+                let a = axis(self, false)?;
+                let e = self.op(Op::Unary(UnaryOp::Exp), &[x], offset)?;
+                let s = self.op(Op::Reduce(ReduceOp::Sum, a), &[e], offset)?;
+                self.op(Op::Binary(BinaryOp::Div), &[e, s], offset)
+            }
+            "rmsnorm" => {
+                let a = axis(self, false)?;
+                let eps = match keyword("eps") {
+                    Some(e) => {
+                        let v = self.float_literal(e)?;
+                        if v <= 0.0 {
+                            return self.fail(e.offset, format!("`eps` must be positive, got {v}"));
+                        }
+                        v
+                    }
+                    None => RMSNORM_EPS,
+                };
+                let sq = self.op(Op::Unary(UnaryOp::Square), &[x], offset)?;
+                let ms = self.op(Op::Reduce(ReduceOp::Mean, a), &[sq], offset)?;
+                let eps = self.graph.constant(eps);
+                let den = self.op(Op::Binary(BinaryOp::Add), &[ms, eps], offset)?;
+                let r = self.op(Op::Unary(UnaryOp::Rsqrt), &[den], offset)?;
+                self.op(Op::Binary(BinaryOp::Mul), &[x, r], offset)
+            }
+            unary => {
+                let u = UnaryOp::from_name(unary).expect("FUNCTIONS lists only known unary names here");
+                self.op(Op::Unary(u), &xs, offset)
+            }
+        }
+    }
+
+    fn float_literal(&self, e: &Expr) -> Result<f64, Diagnostic> {
+        match &e.kind {
+            ExprKind::Num(x) => Ok(*x),
+            ExprKind::Neg(inner) => Ok(-self.float_literal(inner)?),
+            _ => self.fail(e.offset, "expected a number literal"),
+        }
+    }
+
+    fn int_literal(&self, e: &Expr) -> Result<i64, Diagnostic> {
+        let v = match self.float_literal(e) {
+            Ok(v) => v,
+            Err(_) => return self.fail(e.offset, "expected an integer literal for the axis"),
+        };
+        if v.fract() != 0.0 || v.abs() > 1e9 {
+            return self.fail(e.offset, format!("expected an integer axis, got {v}"));
+        }
+        Ok(v as i64)
+    }
+}
+
+/// Dims of a graph that are dynamic.
+pub fn dynamic_dims(graph: &Graph) -> Vec<DimVar> {
+    graph.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, _)| v).collect()
+}

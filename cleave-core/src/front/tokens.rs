@@ -1,0 +1,1 @@
+//! The Rust-token front end: `kernel! { name: .., dims: {..}, .. }` to a [`KernelDecl`].

@@ -1,0 +1,380 @@
+//! `kernels.yaml` → [`KernelDecl`]s, keeping the file position of every item.
+
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+
+use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
+use super::diag::{Diagnostic, Pos, PosMap};
+
+fn pos_of(node: &MarkedYaml<'_>) -> Pos {
+    let m = node.span.start;
+    Pos::new(m.line() as u32, m.col() as u32 + 1)
+}
+
+fn describe(node: &MarkedYaml<'_>) -> &'static str {
+    match &node.data {
+        YamlData::Value(Scalar::Null) => "nothing",
+        YamlData::Value(Scalar::Boolean(_)) => "a boolean",
+        YamlData::Value(Scalar::Integer(_)) => "an integer",
+        YamlData::Value(Scalar::FloatingPoint(_)) => "a number",
+        YamlData::Value(Scalar::String(_)) => "a string",
+        YamlData::Sequence(_) => "a list",
+        YamlData::Mapping(_) => "a mapping",
+        _ => "an unsupported YAML value",
+    }
+}
+
+fn as_str<'a>(node: &'a MarkedYaml<'_>) -> Option<&'a str> {
+    match &node.data {
+        YamlData::Value(Scalar::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+type Entries<'a, 'i> = Vec<(&'a MarkedYaml<'i>, &'a MarkedYaml<'i>)>;
+
+/// The entries of a mapping whose keys are all strings, rejecting duplicate keys.
+fn mapping<'a, 'i>(node: &'a MarkedYaml<'i>, what: &str) -> Result<Entries<'a, 'i>, Diagnostic> {
+    let YamlData::Mapping(map) = &node.data else {
+        return Err(Diagnostic::new(pos_of(node), format!("{what} must be a mapping, found {}", describe(node))));
+    };
+    let mut out: Entries<'a, 'i> = Vec::new();
+    for (k, v) in map {
+        if as_str(k).is_none() {
+            return Err(Diagnostic::new(pos_of(k), format!("keys of {what} must be names, found {}", describe(k))));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// Parses a whole `kernels.yaml`. All kernels are read even when one is malformed, so every
+/// error in the file is reported at once.
+pub fn parse_yaml(text: &str) -> Result<Vec<KernelDecl>, Vec<Diagnostic>> {
+    if text.trim().is_empty() {
+        return Err(vec![Diagnostic::new(Pos::start(), "the file is empty: expected a `kernels:` list")]);
+    }
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| {
+        let m = e.marker();
+        vec![Diagnostic::new(Pos::new(m.line() as u32, m.col() as u32 + 1), format!("YAML syntax error: {}", e.info()))]
+    })?;
+    check_duplicate_keys(text).map_err(|d| vec![d])?;
+    let Some(root) = docs.first() else {
+        return Err(vec![Diagnostic::new(Pos::start(), "the file has no YAML document: expected a `kernels:` list")]);
+    };
+    if docs.len() > 1 {
+        return Err(vec![Diagnostic::new(pos_of(&docs[1]), "expected one YAML document, found several")]);
+    }
+    let top = mapping(root, "the top level").map_err(|d| vec![d])?;
+    let mut kernels_node = None;
+    for (k, v) in top {
+        match as_str(k) {
+            Some("kernels") => kernels_node = Some(v),
+            Some(other) => {
+                return Err(vec![Diagnostic::new(
+                    pos_of(k),
+                    format!("unknown top-level key `{other}`; expected `kernels`"),
+                )])
+            }
+            None => unreachable!("mapping() checked the keys"),
+        }
+    }
+    let Some(list) = kernels_node else {
+        return Err(vec![Diagnostic::new(pos_of(root), "missing the `kernels:` list")]);
+    };
+    let YamlData::Sequence(items) = &list.data else {
+        return Err(vec![Diagnostic::new(pos_of(list), format!("`kernels` must be a list, found {}", describe(list)))]);
+    };
+    let mut decls = Vec::new();
+    let mut errors = Vec::new();
+    for item in items {
+        match kernel(item, text) {
+            Ok(d) => decls.push(d),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(decls)
+    } else {
+        Err(errors)
+    }
+}
+
+fn kernel(node: &MarkedYaml<'_>, text: &str) -> Result<KernelDecl, Diagnostic> {
+    let entries = mapping(node, "a kernel")?;
+    let mut name = None;
+    let mut dims = None;
+    let mut inputs = None;
+    let mut outputs = None;
+    let mut body = None;
+    for (k, v) in &entries {
+        let slot = match as_str(k) {
+            Some("name") => &mut name,
+            Some("dims") => &mut dims,
+            Some("inputs") => &mut inputs,
+            Some("outputs") => &mut outputs,
+            Some("body") => &mut body,
+            Some(other) => {
+                return Err(Diagnostic::new(
+                    pos_of(k),
+                    format!("unknown kernel key `{other}`; expected one of name, dims, inputs, outputs, body"),
+                ))
+            }
+            None => unreachable!(),
+        };
+        *slot = Some(*v);
+    }
+    let at = pos_of(node);
+    let missing = |key: &str| Diagnostic::new(at, format!("kernel is missing `{key}:`"));
+    let name_node = name.ok_or_else(|| missing("name"))?;
+    let name = match &name_node.data {
+        YamlData::Value(Scalar::String(s)) => s.to_string(),
+        _ => {
+            return Err(Diagnostic::new(
+                pos_of(name_node),
+                format!("the kernel name must be an identifier, found {}", describe(name_node)),
+            ))
+        }
+    };
+    let dims = dim_list(dims.ok_or_else(|| missing("dims"))?)?;
+    let inputs = tensor_list(inputs.ok_or_else(|| missing("inputs"))?, "inputs", true)?;
+    let outputs = tensor_list(outputs.ok_or_else(|| missing("outputs"))?, "outputs", false)?;
+    let body_node = body.ok_or_else(|| missing("body"))?;
+    let Some(body_text) = as_str(body_node) else {
+        return Err(Diagnostic::new(
+            pos_of(body_node),
+            format!("`body` must be text (one assignment per line), found {}", describe(body_node)),
+        ));
+    };
+    let body = Body { text: body_text.to_string(), map: body_map(body_node, body_text, text) };
+    Ok(KernelDecl { name, name_pos: pos_of(name_node), pos: at, dims, inputs, outputs, body })
+}
+
+/// Locates the characters of a string scalar in the file. Literal blocks (`|`) and plain
+/// single-line scalars map exactly; quoted scalars map past their opening quote; anything else
+/// (folded blocks) maps to the scalar's first position.
+fn body_map(node: &MarkedYaml<'_>, value: &str, file: &str) -> PosMap {
+    let start = pos_of(node);
+    let index = node.span.start.index();
+    // The marker counts characters; slice by characters to be safe with non-ASCII input.
+    let raw: String = file.chars().skip(index).take(value.len() + 2).collect();
+    if raw.starts_with('"') || raw.starts_with('\'') {
+        return if value.contains('\n') {
+            PosMap::single(start)
+        } else {
+            PosMap::from_lines(vec![(0, Pos::new(start.line, start.col + 1))])
+        };
+    }
+    let file_lines: Vec<&str> = file.lines().collect();
+    let body_lines: Vec<&str> = value.split('\n').collect();
+    let col0 = start.col as usize - 1;
+    let fits = body_lines.iter().enumerate().all(|(i, line)| {
+        let Some(fl) = file_lines.get(start.line as usize - 1 + i) else {
+            return line.is_empty();
+        };
+        let fl: Vec<char> = fl.chars().collect();
+        let tail: String = fl.iter().skip(col0).collect();
+        line.is_empty() || tail.trim_end() == line.trim_end()
+    });
+    if fits {
+        PosMap::block(value, start)
+    } else {
+        PosMap::single(start)
+    }
+}
+
+fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
+    let mut out = Vec::new();
+    for (k, v) in mapping(node, "`dims`")? {
+        let name = as_str(k).unwrap_or_default().to_string();
+        let pos = pos_of(k);
+        let (value_node, dynamic) = match &v.data {
+            YamlData::Mapping(_) => {
+                let mut value = None;
+                let mut dynamic = false;
+                for (mk, mv) in mapping(v, &format!("dim `{name}`"))? {
+                    match as_str(mk) {
+                        Some("value") => value = Some(mv),
+                        Some("dynamic") => match &mv.data {
+                            YamlData::Value(Scalar::Boolean(b)) => dynamic = *b,
+                            _ => {
+                                return Err(Diagnostic::new(
+                                    pos_of(mv),
+                                    format!("`dynamic` of dim `{name}` must be true or false, found {}", describe(mv)),
+                                ))
+                            }
+                        },
+                        Some(other) => {
+                            return Err(Diagnostic::new(
+                                pos_of(mk),
+                                format!("unknown key `{other}` in dim `{name}`; expected `value` and `dynamic`"),
+                            ))
+                        }
+                        None => unreachable!(),
+                    }
+                }
+                let value = value.ok_or_else(|| {
+                    Diagnostic::new(pos_of(v), format!("dim `{name}` is missing `value:` (its representative size)"))
+                })?;
+                (value, dynamic)
+            }
+            _ => (v, false),
+        };
+        let value = match &value_node.data {
+            YamlData::Value(Scalar::Integer(i)) => i128::from(*i),
+            YamlData::Value(Scalar::FloatingPoint(f)) if f.fract() == 0.0 && f.abs() < 1e30 => f.into_inner() as i128,
+            _ => {
+                return Err(Diagnostic::new(
+                    pos_of(value_node),
+                    format!("dim `{name}` must be a positive integer, found {}", describe(value_node)),
+                ))
+            }
+        };
+        out.push(DimDecl { name, pos, value, value_pos: pos_of(value_node), dynamic });
+    }
+    Ok(out)
+}
+
+fn tensor_list(node: &MarkedYaml<'_>, what: &str, allow_reduce: bool) -> Result<Vec<TensorSrc>, Diagnostic> {
+    let mut out = Vec::new();
+    for (k, v) in mapping(node, &format!("`{what}`"))? {
+        let name = as_str(k).unwrap_or_default().to_string();
+        let pos = pos_of(k);
+        let (ty_node, reduce) = match &v.data {
+            YamlData::Mapping(_) => {
+                let mut ty = None;
+                let mut reduce = None;
+                for (mk, mv) in mapping(v, &format!("`{name}`"))? {
+                    match as_str(mk) {
+                        Some("type") => ty = Some(mv),
+                        Some("reduce") if allow_reduce => reduce = Some(reduce_list(mv, &name)?),
+                        Some(other) => {
+                            let expected = if allow_reduce { "`type` and `reduce`" } else { "`type`" };
+                            return Err(Diagnostic::new(
+                                pos_of(mk),
+                                format!("unknown key `{other}` in `{name}`; expected {expected}"),
+                            ));
+                        }
+                        None => unreachable!(),
+                    }
+                }
+                let ty = ty.ok_or_else(|| Diagnostic::new(pos_of(v), format!("`{name}` is missing `type:`")))?;
+                (ty, reduce)
+            }
+            _ => (v, None),
+        };
+        let Some(ty) = as_str(ty_node) else {
+            return Err(Diagnostic::new(
+                pos_of(ty_node),
+                format!("the type of `{name}` must look like `f16[h, s, d]`, found {}", describe(ty_node)),
+            ));
+        };
+        let (dtype, dtype_pos, shape) = parse_tensor_type(ty, pos_of(ty_node))?;
+        out.push(TensorSrc { name, pos, dtype, dtype_pos, shape, reduce });
+    }
+    Ok(out)
+}
+
+fn reduce_list(node: &MarkedYaml<'_>, tensor: &str) -> Result<Vec<AxisDecl>, Diagnostic> {
+    let YamlData::Sequence(items) = &node.data else {
+        return Err(Diagnostic::new(
+            pos_of(node),
+            format!("`reduce` of `{tensor}` must be a list of dim names, found {}", describe(node)),
+        ));
+    };
+    items
+        .iter()
+        .map(|it| match as_str(it) {
+            Some(s) => Ok(AxisDecl { name: s.to_string(), pos: pos_of(it) }),
+            None => {
+                Err(Diagnostic::new(pos_of(it), format!("`reduce` entries must be dim names, found {}", describe(it))))
+            }
+        })
+        .collect()
+}
+
+/// Parses `f16[h, s, d]` written at `at`; positions of parts are offsets from `at`.
+pub fn parse_tensor_type(ty: &str, at: Pos) -> Result<(String, Pos, Vec<AxisDecl>), Diagnostic> {
+    let col = |off: usize| Pos::new(at.line, at.col + ty[..off].chars().count() as u32);
+    let lead = ty.len() - ty.trim_start().len();
+    let Some(open) = ty.find('[') else {
+        return Err(Diagnostic::new(at, format!("expected a tensor type like `f16[h, s, d]`, found `{ty}`")));
+    };
+    let dtype = ty[..open].trim().to_string();
+    if !ty.trim_end().ends_with(']') {
+        return Err(Diagnostic::new(col(ty.len()), format!("expected `]` to close the shape of `{ty}`")));
+    }
+    let close = ty.rfind(']').unwrap_or(ty.len());
+    let inner = &ty[open + 1..close];
+    let mut shape = Vec::new();
+    if !inner.trim().is_empty() {
+        let mut off = open + 1;
+        for part in inner.split(',') {
+            let trimmed = part.trim();
+            let lead_ws = part.len() - part.trim_start().len();
+            if trimmed.is_empty() {
+                return Err(Diagnostic::new(col(off + lead_ws), format!("empty axis in the shape of `{ty}`")));
+            }
+            shape.push(AxisDecl { name: trimmed.to_string(), pos: col(off + lead_ws) });
+            off += part.len() + 1;
+        }
+    }
+    Ok((dtype, col(lead), shape))
+}
+
+/// saphyr keeps the last of duplicate mapping keys; a declaration with a repeated key is
+/// almost certainly a mistake, so scan for them with a second, event-level pass.
+fn check_duplicate_keys(text: &str) -> Result<(), Diagnostic> {
+    use saphyr_parser::{Event, Parser, Span, SpannedEventReceiver};
+
+    struct Dup {
+        stack: Vec<Frame>,
+        found: Option<Diagnostic>,
+    }
+    enum Frame {
+        Map { keys: Vec<String>, expect_key: bool },
+        Seq,
+    }
+    impl Dup {
+        fn value_done(&mut self) {
+            if let Some(Frame::Map { expect_key, .. }) = self.stack.last_mut() {
+                *expect_key = !*expect_key;
+            }
+        }
+    }
+    impl<'i> SpannedEventReceiver<'i> for Dup {
+        fn on_event(&mut self, ev: Event<'i>, span: Span) {
+            if self.found.is_some() {
+                return;
+            }
+            match ev {
+                Event::MappingStart(..) => self.stack.push(Frame::Map { keys: Vec::new(), expect_key: true }),
+                Event::SequenceStart(..) => self.stack.push(Frame::Seq),
+                Event::MappingEnd | Event::SequenceEnd => {
+                    self.stack.pop();
+                    self.value_done();
+                }
+                Event::Scalar(value, ..) => {
+                    if let Some(Frame::Map { keys, expect_key: true }) = self.stack.last_mut() {
+                        let key = value.to_string();
+                        if keys.contains(&key) {
+                            let m = span.start;
+                            self.found = Some(Diagnostic::new(
+                                Pos::new(m.line() as u32, m.col() as u32 + 1),
+                                format!("duplicate key `{key}`"),
+                            ));
+                        }
+                        keys.push(key);
+                    }
+                    self.value_done();
+                }
+                Event::Alias(_) => self.value_done(),
+                _ => {}
+            }
+        }
+    }
+    let mut recv = Dup { stack: Vec::new(), found: None };
+    let mut parser = Parser::new_from_str(text);
+    // Syntax errors were already reported by the loader.
+    let _ = parser.load(&mut recv, true);
+    recv.found.map_or(Ok(()), Err)
+}

@@ -1,0 +1,199 @@
+//! The graph IR: an arena of ops with typed handles.
+//!
+//! A [`Graph`] is a DAG stored in topological order: every node's operands have smaller
+//! handles. Nodes are immutable once pushed, analyses live in side tables indexed by
+//! [`NodeId`], and a graph becomes usable by later stages only through [`validate`], which
+//! returns the [`ValidGraph`] proof token.
+
+mod dim;
+mod display;
+mod dtype;
+mod op;
+mod shape;
+mod valid;
+
+pub use dim::{Bindings, Dim, DimInfo, DimKind, DimTable, DimVar, Shape};
+pub use dtype::DType;
+pub use op::{erf, BinaryOp, Op, ReduceOp, UnaryOp};
+pub use shape::{broadcast, infer, normalize_axis, ShapeError};
+pub use valid::{validate, ValidGraph, ValidationError};
+
+/// Handle of a node in a [`Graph`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The arena index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One op applied to earlier nodes.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Node {
+    /// What the node computes.
+    pub op: Op,
+    /// Operands, all with smaller handles.
+    pub args: Vec<NodeId>,
+    /// The inferred shape of the result.
+    pub shape: Shape,
+}
+
+/// A named, typed tensor at the boundary of a graph.
+#[derive(Clone, PartialEq, Debug)]
+pub struct TensorDecl {
+    /// The name the user declared (a Rust identifier).
+    pub name: String,
+    /// Storage type.
+    pub dtype: DType,
+    /// Declared shape.
+    pub shape: Shape,
+}
+
+/// A graph input: its declaration, its node, and optionally the user's override of which of its
+/// dims are eventually reduced.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Input {
+    /// Declaration.
+    pub decl: TensorDecl,
+    /// The `Op::Input` node.
+    pub node: NodeId,
+    /// `reduce: [..]` from the declaration, when given.
+    pub reduce_override: Option<Vec<DimVar>>,
+}
+
+/// A graph output: its declaration and the node that computes it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Output {
+    /// Declaration.
+    pub decl: TensorDecl,
+    /// The node whose value is stored.
+    pub node: NodeId,
+}
+
+/// A computation graph: one kernel's worth of ops.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Graph {
+    /// The kernel name.
+    pub name: String,
+    /// Dimension variables of every shape in the graph.
+    pub dims: DimTable,
+    /// The arena, in topological order.
+    pub nodes: Vec<Node>,
+    /// Inputs in declaration order.
+    pub inputs: Vec<Input>,
+    /// Outputs in declaration order.
+    pub outputs: Vec<Output>,
+}
+
+impl Graph {
+    /// An empty graph with a dim table.
+    pub fn new(name: impl Into<String>, dims: DimTable) -> Self {
+        Graph { name: name.into(), dims, ..Default::default() }
+    }
+
+    /// The node behind a handle.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// Shape of a node.
+    pub fn shape(&self, id: NodeId) -> &[Dim] {
+        &self.nodes[id.index()].shape
+    }
+
+    /// All handles in topological order.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    fn push(&mut self, node: Node) -> NodeId {
+        let id = NodeId(u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes"));
+        self.nodes.push(node);
+        id
+    }
+
+    /// Declares an input.
+    pub fn add_input(&mut self, decl: TensorDecl) -> NodeId {
+        let index = u32::try_from(self.inputs.len()).expect("fewer than 2^32 inputs");
+        let node = self.push(Node { op: Op::Input(index), args: Vec::new(), shape: decl.shape.clone() });
+        self.inputs.push(Input { decl, node, reduce_override: None });
+        node
+    }
+
+    /// A scalar constant; equal constants share one node.
+    pub fn constant(&mut self, value: f64) -> NodeId {
+        let bits = value.to_bits();
+        if let Some(i) = self.nodes.iter().position(|n| matches!(n.op, Op::Const(c) if c.to_bits() == bits)) {
+            return NodeId(i as u32);
+        }
+        self.push(Node { op: Op::Const(value), args: Vec::new(), shape: Vec::new() })
+    }
+
+    /// Applies `op` to `args`, inferring the shape.
+    pub fn add(&mut self, op: Op, args: &[NodeId]) -> Result<NodeId, ShapeError> {
+        debug_assert!(!op.is_leaf(), "leaves are added with add_input or constant");
+        let shapes: Vec<Shape> = args.iter().map(|a| self.shape(*a).to_vec()).collect();
+        let refs: Vec<&[Dim]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let shape = infer(&op, &refs, &mut self.dims)?;
+        Ok(self.push(Node { op, args: args.to_vec(), shape }))
+    }
+
+    /// Declares an output computed by `node`.
+    pub fn add_output(&mut self, decl: TensorDecl, node: NodeId) {
+        self.outputs.push(Output { decl, node });
+    }
+
+    /// For each node, the nodes that use it (in increasing order, with repeats for repeated use).
+    pub fn users(&self) -> Vec<Vec<NodeId>> {
+        let mut users = vec![Vec::new(); self.nodes.len()];
+        for id in self.ids() {
+            for a in &self.node(id).args {
+                users[a.index()].push(id);
+            }
+        }
+        users
+    }
+
+    /// The input index of a node, when it is an input.
+    pub fn input_index(&self, id: NodeId) -> Option<usize> {
+        match self.node(id).op {
+            Op::Input(i) => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// The nodes that some output depends on, as a mask.
+    pub fn live(&self) -> Vec<bool> {
+        let mut live = vec![false; self.nodes.len()];
+        for o in &self.outputs {
+            live[o.node.index()] = true;
+        }
+        for i in (0..self.nodes.len()).rev() {
+            if live[i] {
+                for a in &self.nodes[i].args {
+                    live[a.index()] = true;
+                }
+            }
+        }
+        live
+    }
+
+    /// Number of non-leaf nodes.
+    pub fn op_count(&self) -> usize {
+        self.nodes.iter().filter(|n| !n.op.is_leaf()).count()
+    }
+
+    /// True when any node is a split.
+    pub fn has_split(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(n.op, Op::Split(_)))
+    }
+}
+
+/// Drops leading extent-1 axes: an output stored as `[1, h, s, d]` has the memory layout of a
+/// declared `[h, s, d]`, which is what a Split-K combine produces.
+pub fn squeeze_leading(shape: &[Dim]) -> &[Dim] {
+    let first = shape.iter().position(|d| *d != Dim::One).unwrap_or(shape.len());
+    &shape[first..]
+}

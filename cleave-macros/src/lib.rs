@@ -1,0 +1,1 @@
+//! The `kernel!` and `include_kernels!` macros.

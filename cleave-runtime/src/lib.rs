@@ -1,0 +1,1 @@
+//! Runtime for Cleave-generated launchers.
