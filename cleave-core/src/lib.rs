@@ -24,3 +24,5 @@
 
 pub mod front;
 pub mod graph;
+pub mod reference;
+pub mod symbolic;

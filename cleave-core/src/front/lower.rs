@@ -65,9 +65,11 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
             return Err(Diagnostic::new(d.value_pos, format!("dim `{}` must be positive, got {}", d.name, d.value)));
         }
         if d.value > MAX_DIM {
+            // Values past i64 arrive through a float; printing them would show rounding noise.
+            let shown = if d.value <= i128::from(i64::MAX) { format!(" = {}", d.value) } else { String::new() };
             return Err(Diagnostic::new(
                 d.value_pos,
-                format!("dim `{}` = {} is too large (the limit is {MAX_DIM})", d.name, d.value),
+                format!("dim `{}`{shown} is too large (the limit is {MAX_DIM})", d.name),
             ));
         }
         dim_pos.insert(d.name.clone(), d.pos);

@@ -57,9 +57,10 @@ pub fn parse_yaml(text: &str) -> Result<Vec<KernelDecl>, Vec<Diagnostic>> {
         let m = e.marker();
         vec![Diagnostic::new(Pos::new(m.line() as u32, m.col() as u32 + 1), format!("YAML syntax error: {}", e.info()))]
     })?;
-    check_duplicate_keys(text).map_err(|d| vec![d])?;
-    let Some(root) = docs.first() else {
-        return Err(vec![Diagnostic::new(Pos::start(), "the file has no YAML document: expected a `kernels:` list")]);
+    // A file of comments alone loads as no document (or a null one): it is as empty as an
+    // empty file.
+    let Some(root) = docs.first().filter(|d| !matches!(d.data, YamlData::Value(Scalar::Null))) else {
+        return Err(vec![Diagnostic::new(Pos::start(), "the file is empty: expected a `kernels:` list")]);
     };
     if docs.len() > 1 {
         return Err(vec![Diagnostic::new(pos_of(&docs[1]), "expected one YAML document, found several")]);
@@ -319,62 +320,4 @@ pub fn parse_tensor_type(ty: &str, at: Pos) -> Result<(String, Pos, Vec<AxisDecl
         }
     }
     Ok((dtype, col(lead), shape))
-}
-
-/// saphyr keeps the last of duplicate mapping keys; a declaration with a repeated key is
-/// almost certainly a mistake, so scan for them with a second, event-level pass.
-fn check_duplicate_keys(text: &str) -> Result<(), Diagnostic> {
-    use saphyr_parser::{Event, Parser, Span, SpannedEventReceiver};
-
-    struct Dup {
-        stack: Vec<Frame>,
-        found: Option<Diagnostic>,
-    }
-    enum Frame {
-        Map { keys: Vec<String>, expect_key: bool },
-        Seq,
-    }
-    impl Dup {
-        fn value_done(&mut self) {
-            if let Some(Frame::Map { expect_key, .. }) = self.stack.last_mut() {
-                *expect_key = !*expect_key;
-            }
-        }
-    }
-    impl<'i> SpannedEventReceiver<'i> for Dup {
-        fn on_event(&mut self, ev: Event<'i>, span: Span) {
-            if self.found.is_some() {
-                return;
-            }
-            match ev {
-                Event::MappingStart(..) => self.stack.push(Frame::Map { keys: Vec::new(), expect_key: true }),
-                Event::SequenceStart(..) => self.stack.push(Frame::Seq),
-                Event::MappingEnd | Event::SequenceEnd => {
-                    self.stack.pop();
-                    self.value_done();
-                }
-                Event::Scalar(value, ..) => {
-                    if let Some(Frame::Map { keys, expect_key: true }) = self.stack.last_mut() {
-                        let key = value.to_string();
-                        if keys.contains(&key) {
-                            let m = span.start;
-                            self.found = Some(Diagnostic::new(
-                                Pos::new(m.line() as u32, m.col() as u32 + 1),
-                                format!("duplicate key `{key}`"),
-                            ));
-                        }
-                        keys.push(key);
-                    }
-                    self.value_done();
-                }
-                Event::Alias(_) => self.value_done(),
-                _ => {}
-            }
-        }
-    }
-    let mut recv = Dup { stack: Vec::new(), found: None };
-    let mut parser = Parser::new_from_str(text);
-    // Syntax errors were already reported by the loader.
-    let _ = parser.load(&mut recv, true);
-    recv.found.map_or(Ok(()), Err)
 }

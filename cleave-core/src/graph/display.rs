@@ -62,7 +62,7 @@ impl Graph {
                 }
                 None => format!("max({}, {})", arg(0, 0), arg(1, 0)),
             },
-            Op::Unary(u) if u == super::UnaryOp::Neg => format!("-{}", arg(0, 3)),
+            Op::Unary(super::UnaryOp::Neg) => format!("-{}", arg(0, 3)),
             Op::Unary(u) => format!("{}({})", u.name(), arg(0, 0)),
             Op::MatMul => format!("matmul({}, {})", arg(0, 0), arg(1, 0)),
             Op::Transpose => format!("transpose({})", arg(0, 0)),
@@ -74,6 +74,5 @@ impl Graph {
 
 /// Prints a constant so that it reads back to the same f64.
 pub(crate) fn format_const(c: f64) -> String {
-    let s = format!("{c:?}");
-    s
+    format!("{c:?}")
 }

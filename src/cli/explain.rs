@@ -1,0 +1,69 @@
+//! `cleave explain`: a human-readable account of every stage for one kernel.
+
+use std::fmt::Write;
+
+use cleave_core::symbolic::{eventually_reduced, symbolize};
+
+use super::{kernel, load, Opts, UserError};
+
+pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
+    let module = load(&o.file)?;
+    let (_, graph) = kernel(&module, o.required("kernel")?)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "kernel {}", graph.name);
+    let _ = writeln!(out, "\n== declared graph ==");
+    for (_, d) in graph.dims.iter() {
+        let _ = writeln!(out, "dim {} = {}{}", d.name, d.value, if d.dynamic { " (dynamic)" } else { "" });
+    }
+    for i in &graph.inputs {
+        let _ = writeln!(out, "input {}: {}{}", i.decl.name, i.decl.dtype, graph.dims.show(&i.decl.shape));
+    }
+    for oo in &graph.outputs {
+        let _ = writeln!(out, "output {}: {}{}", oo.decl.name, oo.decl.dtype, graph.dims.show(&oo.decl.shape));
+    }
+    out.push_str(&graph.listing());
+    for oo in &graph.outputs {
+        let _ = writeln!(out, "{} = {}", oo.decl.name, graph.expr(oo.node));
+    }
+
+    let sym = symbolize(graph);
+    let _ = writeln!(out, "\n== symbolic graph ==");
+    for (gi, members) in sym.groups.members.iter().enumerate() {
+        let info = sym.graph.dims.get(cleave_core::graph::DimVar(gi as u32));
+        let places: Vec<String> = members
+            .iter()
+            .map(|&(n, a)| format!("{}.{a}", graph.label(cleave_core::graph::NodeId(n as u32))))
+            .collect();
+        let _ = writeln!(
+            out,
+            "symbol {} (from {}{}): {}",
+            info.name,
+            graph.dims.get(sym.origin[gi]).name,
+            if sym.reduced[gi] { ", eventually reduced" } else { "" },
+            places.join(" ")
+        );
+    }
+    out.push_str(&sym.graph.listing());
+
+    let red = eventually_reduced(graph);
+    let _ = writeln!(out, "\n== eventually-reduced dims ==");
+    for (i, input) in graph.inputs.iter().enumerate() {
+        let dims: Vec<String> = input
+            .decl
+            .shape
+            .iter()
+            .zip(&red.per_input[i])
+            .filter(|(_, r)| **r)
+            .map(|(d, _)| graph.dims.show(&[*d]).trim_matches(['[', ']']).to_string())
+            .collect();
+        let how = if red.overridden[i] { " (declared)" } else { "" };
+        let _ = writeln!(
+            out,
+            "{}: {}{how}",
+            input.decl.name,
+            if dims.is_empty() { "none".to_string() } else { dims.join(", ") }
+        );
+    }
+    print!("{out}");
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `cleave check` on data-driven fixtures: every file in `tests/check/bad/` states the
+//! diagnostics it must produce in trailing `# expect: LINE:COL: message` comments; every file
+//! in `tests/check/good/` (and the shipped `kernels.yaml`) must pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cleave(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cleave")).args(args).output().expect("the cleave binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.expect("readable directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_bad_fixture_reports_its_located_errors() {
+    let files = fixtures("tests/check/bad");
+    assert!(files.len() >= 25, "fixtures are missing");
+    let mut failures = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("fixture is text");
+        let expected: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# expect: ")).collect();
+        assert!(!expected.is_empty(), "{} has no `# expect:` line", path.display());
+        let shown = path.to_string_lossy().into_owned();
+        let (code, _, stderr) = cleave(&["check", &shown]);
+        let got: Vec<&str> = stderr.lines().collect();
+        let want: Vec<String> = expected.iter().map(|e| format!("{shown}:{e}")).collect();
+        if code != 1 || got != want {
+            failures.push(format!("{}\n  exit {code}\n  got:  {got:?}\n  want: {want:?}", path.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn binary_files_are_rejected_with_a_position() {
+    let dir = std::env::temp_dir().join(format!("cleave-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("binary.yaml");
+    std::fs::write(&path, b"kernels:\n  - name: k\x00\xff\xfe\n").expect("write");
+    let shown = path.to_string_lossy().into_owned();
+    let (code, _, stderr) = cleave(&["check", &shown]);
+    assert_eq!(code, 1);
+    assert_eq!(stderr.trim(), format!("{shown}:2:13: not a UTF-8 text file (invalid byte at offset 21)"));
+    std::fs::write(&path, b"kernels:\n\x00\n").expect("write");
+    let (code, _, stderr) = cleave(&["check", &shown]);
+    assert_eq!(code, 1);
+    assert_eq!(stderr.trim(), format!("{shown}:2:1: the file contains NUL bytes: not a text file"));
+}
+
+#[test]
+fn good_files_pass() {
+    let mut files = fixtures("tests/check/good");
+    files.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels.yaml"));
+    for path in files {
+        let shown = path.to_string_lossy().into_owned();
+        let (code, stdout, stderr) = cleave(&["check", &shown]);
+        assert_eq!(code, 0, "{shown}: {stderr}");
+        assert!(stdout.starts_with(&format!("{shown}: ok")), "{stdout}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_1_and_missing_files_are_user_errors() {
+    let (code, _, stderr) = cleave(&["check"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("missing FILE"), "{stderr}");
+    let (code, _, stderr) = cleave(&["check", "/nonexistent/kernels.yaml"]);
+    assert_eq!(code, 1);
+    assert!(stderr.starts_with("/nonexistent/kernels.yaml: cannot read:"), "{stderr}");
+    let (code, _, stderr) = cleave(&["frobnicate", "x"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("unknown command `frobnicate`"));
+    let kernels = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml");
+    let (code, _, stderr) = cleave(&["explain", kernels, "--kernel", "nope"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no kernel named `nope`"), "{stderr}");
+}
