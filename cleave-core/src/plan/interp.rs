@@ -1,0 +1,364 @@
+//! The tile-program interpreter: the scheduler's executable specification.
+//!
+//! It runs a [`Launch`] on the CPU block by block, in a shuffled block order, with the same
+//! arithmetic the generated kernels use: f32 values and accumulation, inputs exactly as
+//! stored, left MMA operands from registers rounded to the MMA input type, outputs rounded to
+//! their dtype, and partial tiles predicated by their limits. Comparing it with the f64
+//! reference checks the schedule, the tile maps, the predication and the stabilization without
+//! any code generation involved.
+
+use std::collections::BTreeMap;
+
+use super::launch::Launch;
+use super::program::{Binding, BufKind, Expr, MmaA, Param, Src, Stmt, TileKernel};
+use crate::graph::{BinaryOp, Bindings, DType, Dim, DimVar, ReduceOp, UnaryOp};
+use crate::reference::{strides, Rng, Tensor};
+use crate::schedule::itgraph::{IterId, Limit, TMap};
+
+/// Why a launch could not be interpreted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InterpError {
+    /// Wrong inputs.
+    #[error("{0}")]
+    Inputs(String),
+}
+
+/// Runs a launch on inputs (in graph input order) at the given extents; returns the outputs.
+pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>, InterpError> {
+    let g = &launch.graph;
+    if inputs.len() != g.inputs.len() {
+        return Err(InterpError::Inputs(format!("expected {} inputs, got {}", g.inputs.len(), inputs.len())));
+    }
+    let ext = |d: &Dim| bindings.extent(*d);
+    let mut globals: BTreeMap<Binding, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
+    for (i, (t, input)) in inputs.iter().zip(&g.inputs).enumerate() {
+        let shape: Vec<usize> = input.decl.shape.iter().map(ext).collect();
+        if shape != t.shape {
+            return Err(InterpError::Inputs(format!(
+                "input `{}` has shape {:?}, want {shape:?}",
+                input.decl.name, t.shape
+            )));
+        }
+        globals.insert(Binding::Input(i as u32), (shape, t.data.iter().map(|x| *x as f32).collect()));
+    }
+    for (o, out) in g.outputs.iter().enumerate() {
+        let shape: Vec<usize> = out.decl.shape.iter().map(ext).collect();
+        let n = shape.iter().product();
+        globals.insert(Binding::Output(o as u32), (shape, vec![f32::NAN; n]));
+    }
+    for (w, ws) in launch.workspaces.iter().enumerate() {
+        let shape: Vec<usize> = ws.shape.iter().map(ext).collect();
+        let n = shape.iter().product();
+        globals.insert(Binding::Workspace(w as u32), (shape, vec![f32::NAN; n]));
+    }
+    let mut rng = Rng::new(seed);
+    for k in &launch.kernels {
+        run_kernel(k, bindings, &mut globals, &mut rng);
+    }
+    Ok(g.outputs
+        .iter()
+        .enumerate()
+        .map(|(o, _)| {
+            let (shape, data) = &globals[&Binding::Output(o as u32)];
+            Tensor { shape: shape.clone(), data: data.iter().map(|x| f64::from(*x)).collect() }
+        })
+        .collect())
+}
+
+fn round(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F32 => x,
+        DType::F16 => half::f16::from_f32(x).to_f32(),
+        DType::BF16 => half::bf16::from_f32(x).to_f32(),
+    }
+}
+
+struct Block<'a> {
+    k: &'a TileKernel,
+    dims: &'a Bindings,
+    iters: BTreeMap<IterId, u64>,
+    regs: Vec<Vec<f32>>,
+}
+
+fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>, rng: &mut Rng) {
+    let counts: Vec<u64> = k.grid.iter().map(|a| (dims.values[a.dim.index()]).div_ceil(a.tile)).collect();
+    let total: u64 = counts.iter().product();
+    let mut order: Vec<u64> = (0..total).collect();
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    for linear in order {
+        let mut iters = BTreeMap::new();
+        let mut rem = linear;
+        for (a, &n) in k.grid.iter().zip(&counts).rev() {
+            iters.insert(a.iter, rem % n);
+            rem /= n;
+        }
+        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()] };
+        for (i, buf) in k.bufs.iter().enumerate() {
+            b.regs[i] = match buf.kind {
+                BufKind::Smem { rows, cols, .. } => vec![f32::NAN; (rows * cols) as usize],
+                BufKind::Frag { cols } => vec![f32::NAN; (k.rows * cols) as usize],
+                BufKind::Rows => vec![f32::NAN; k.rows as usize],
+            };
+        }
+        b.exec(&k.body, globals);
+    }
+}
+
+impl Block<'_> {
+    fn dim(&self, d: DimVar) -> u64 {
+        self.dims.values[d.index()]
+    }
+
+    fn valid(&self, limits: &[Limit], local: u64) -> bool {
+        limits.iter().all(|l| {
+            let base = l.base.eval(
+                &|i| {
+                    *self
+                        .iters
+                        .get(&i)
+                        .unwrap_or_else(|| panic!("iterator {i:?} unset in {:?}; set {:?}", l, self.iters))
+                },
+                &|d| self.dim(d),
+            );
+            base + local < self.dim(l.bound)
+        })
+    }
+
+    /// The global element index of tile element `(row, col)`, if it is inside the tensor.
+    fn address(&self, tm: &TMap, shape: &[usize], row: u64, col: u64) -> Option<usize> {
+        let n = tm.axes.len();
+        if n == 0 {
+            return if row == 0 && col == 0 { Some(0) } else { None };
+        }
+        let mut locals = vec![0u64; n];
+        locals[n - 1] = col;
+        let mut rem = row;
+        for a in (0..n - 1).rev() {
+            let e = tm.axes[a].extent;
+            locals[a] = rem % e;
+            rem /= e;
+        }
+        if rem != 0 || col >= tm.axes[n - 1].extent {
+            return None;
+        }
+        let st = strides(shape);
+        let mut idx = 0usize;
+        for (a, ax) in tm.axes.iter().enumerate() {
+            if !self.valid(&ax.limits, locals[a]) {
+                return None;
+            }
+            let g = ax.offset.eval(&|i| self.iters[&i], &|d| self.dim(d)) + locals[a];
+            if g as usize >= shape[a] {
+                return None;
+            }
+            idx += g as usize * st[a];
+        }
+        Some(idx)
+    }
+
+    fn cols_of(&self, b: usize) -> u64 {
+        match self.k.bufs[b].kind {
+            BufKind::Smem { cols, .. } | BufKind::Frag { cols } => cols,
+            BufKind::Rows => 1,
+        }
+    }
+
+    fn eval(&self, e: &Expr, row: u64, col: u64) -> f32 {
+        match e {
+            Expr::Src(Src::Const(c)) => *c as f32,
+            Expr::Src(Src::Extent(d)) => self.dim(*d) as f32,
+            Expr::Src(Src::Reg(b)) => {
+                let b = b.0 as usize;
+                match self.k.bufs[b].kind {
+                    BufKind::Rows => self.regs[b][row as usize],
+                    _ => self.regs[b][(row * self.cols_of(b) + col) as usize],
+                }
+            }
+            Expr::Src(Src::Tile(b)) => {
+                let bi = b.0 as usize;
+                let BufKind::Smem { rows, cols, .. } = self.k.bufs[bi].kind else { unreachable!("tiles are smem") };
+                let r = if rows == 1 { 0 } else { row };
+                let c = if cols == 1 { 0 } else { col };
+                if r >= rows {
+                    return 0.0;
+                }
+                self.regs[bi][(r * cols + c) as usize]
+            }
+            Expr::Unary(u, a) => {
+                let x = self.eval(a, row, col);
+                match u {
+                    UnaryOp::Exp => x.exp(),
+                    UnaryOp::Log => x.ln(),
+                    UnaryOp::Sqrt => x.sqrt(),
+                    UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+                    UnaryOp::Square => x * x,
+                    UnaryOp::Recip => 1.0 / x,
+                    UnaryOp::Silu => x / (1.0 + (-x).exp()),
+                    UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                    UnaryOp::Gelu => UnaryOp::Gelu.eval(f64::from(x)) as f32,
+                    UnaryOp::Neg => -x,
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let (x, y) = (self.eval(a, row, col), self.eval(b, row, col));
+                match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Max => x.max(y),
+                }
+            }
+            Expr::ExpDiff(a, b) => {
+                let x = self.eval(a, row, col);
+                if x == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (x - self.eval(b, row, col)).exp()
+                }
+            }
+            Expr::MaskCols(a, limits, fill) => {
+                if self.valid(limits, col) {
+                    self.eval(a, row, col)
+                } else {
+                    *fill as f32
+                }
+            }
+        }
+    }
+
+    fn exec(&mut self, body: &[Stmt], globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>) {
+        let rows = self.k.rows;
+        for s in body {
+            match s {
+                Stmt::Load { dst, param, tmap } => {
+                    let p: &Param = &self.k.params[param.0 as usize];
+                    let (shape, data) = &globals[&p.binding];
+                    let b = dst.0 as usize;
+                    let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.bufs[b].kind else { unreachable!() };
+                    let mut tile = vec![0.0f32; (tr * tc) as usize];
+                    for r in 0..tr {
+                        for c in 0..tc {
+                            if let Some(i) = self.address(tmap, shape, r, c) {
+                                tile[(r * tc + c) as usize] = data[i];
+                            }
+                        }
+                    }
+                    self.regs[b] = tile;
+                }
+                Stmt::Assign { dst, expr } => {
+                    let b = dst.0 as usize;
+                    let cols = self.cols_of(b);
+                    let mut out = vec![0.0f32; (rows * cols) as usize];
+                    for r in 0..rows {
+                        for c in 0..cols {
+                            out[(r * cols + c) as usize] = self.eval(expr, r, c);
+                        }
+                    }
+                    self.regs[b] = out;
+                }
+                Stmt::RowReduce { dst, op, expr, cols, mask, acc } => {
+                    let b = dst.0 as usize;
+                    let mut out = vec![0.0f32; rows as usize];
+                    for r in 0..rows {
+                        let mut v = match op {
+                            ReduceOp::Max => f32::NEG_INFINITY,
+                            _ => 0.0,
+                        };
+                        for c in 0..*cols {
+                            if !self.valid(mask, c) {
+                                continue;
+                            }
+                            let x = self.eval(expr, r, c);
+                            v = if *op == ReduceOp::Max { v.max(x) } else { v + x };
+                        }
+                        if *acc {
+                            let old = self.regs[b][r as usize];
+                            v = if *op == ReduceOp::Max { old.max(v) } else { old + v };
+                        }
+                        out[r as usize] = v;
+                    }
+                    self.regs[b] = out;
+                }
+                Stmt::Mma { acc, a, b, k, accumulate } => {
+                    let bb = b.buf.0 as usize;
+                    let BufKind::Smem { dtype, cols: bcols, .. } = self.k.bufs[bb].kind else { unreachable!() };
+                    let cols = self.cols_of(acc.0 as usize);
+                    let mut out =
+                        if *accumulate { self.regs[acc.0 as usize].clone() } else { vec![0.0; (rows * cols) as usize] };
+                    let a_at = |r: u64, kk: u64| -> f32 {
+                        match a {
+                            MmaA::Smem { buf, trans } => {
+                                let ai = buf.0 as usize;
+                                let BufKind::Smem { rows: ar, cols: ac, .. } = self.k.bufs[ai].kind else {
+                                    unreachable!()
+                                };
+                                if *trans {
+                                    if kk < ar && r < ac {
+                                        self.regs[ai][(kk * ac + r) as usize]
+                                    } else {
+                                        0.0
+                                    }
+                                } else if r < ar {
+                                    self.regs[ai][(r * ac + kk) as usize]
+                                } else {
+                                    0.0
+                                }
+                            }
+                            MmaA::Frag(buf) => {
+                                let ai = buf.0 as usize;
+                                round(dtype, self.regs[ai][(r * self.cols_of(ai) + kk) as usize])
+                            }
+                        }
+                    };
+                    let b_at = |kk: u64, n: u64| -> f32 {
+                        if b.n_major {
+                            self.regs[bb][(n * bcols + kk) as usize]
+                        } else {
+                            self.regs[bb][(kk * bcols + n) as usize]
+                        }
+                    };
+                    for r in 0..rows {
+                        for n in 0..cols {
+                            let mut s = 0.0f32;
+                            for kk in 0..*k {
+                                s += a_at(r, kk) * b_at(kk, n);
+                            }
+                            out[(r * cols + n) as usize] += s;
+                        }
+                    }
+                    self.regs[acc.0 as usize] = out;
+                }
+                Stmt::Store { param, expr, cols, tmap } => {
+                    let p = self.k.params[param.0 as usize].clone();
+                    let mut writes = Vec::new();
+                    {
+                        let (shape, _) = &globals[&p.binding];
+                        for r in 0..rows {
+                            for c in 0..*cols {
+                                if let Some(i) = self.address(tmap, shape, r, c) {
+                                    writes.push((i, round(p.dtype, self.eval(expr, r, c))));
+                                }
+                            }
+                        }
+                    }
+                    let (_, data) = globals.get_mut(&p.binding).expect("bound");
+                    for (i, v) in writes {
+                        data[i] = v;
+                    }
+                }
+                Stmt::Loop { iter, dim, tile, body } => {
+                    let n = self.dim(*dim).div_ceil(*tile);
+                    for j in 0..n {
+                        self.iters.insert(*iter, j);
+                        self.exec(body, globals);
+                    }
+                    self.iters.remove(iter);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! The tile program: a scheduled kernel after memory and layout planning (paper §6.1).
+//!
+//! Every value of a block is one of three layouts: a tile of a global tensor staged in shared
+//! memory ([`BufKind::Smem`]), a register tile over the block's rows ([`BufKind::Frag`], the
+//! tensor-core accumulator layout) or one register value per block row ([`BufKind::Rows`]).
+//! The block's rows are the flattened non-last axes of its output tile; every register value
+//! shares them. Statements are plain tile operations and loops; the online-softmax rescaling
+//! that the stabilization pass inserts is written out in the same operations, so the
+//! interpreter and every backend execute it without knowing what it is for.
+
+use std::fmt::{self, Write};
+
+use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
+use crate::schedule::itgraph::{Affine, IterId, IterNames, Limit, TMap};
+
+/// Index of a buffer of a [`TileKernel`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct BufId(pub u32);
+
+/// Index of a global tensor parameter of a [`TileKernel`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ParamId(pub u32);
+
+/// Where and how a buffer lives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BufKind {
+    /// A `rows × cols` tile of a global tensor in shared memory, in the tensor's dtype, rows
+    /// being the flattened non-last axes of the tile.
+    Smem {
+        /// Element type.
+        dtype: DType,
+        /// Rows.
+        rows: u64,
+        /// Columns (the last axis).
+        cols: u64,
+    },
+    /// An f32 register tile of the block's rows × `cols`.
+    Frag {
+        /// Columns.
+        cols: u64,
+    },
+    /// One f32 register value per block row.
+    Rows,
+}
+
+/// A buffer.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Buf {
+    /// Printed name (`t_q`, `t_o`).
+    pub name: String,
+    /// Layout.
+    pub kind: BufKind,
+    /// Byte offset in dynamic shared memory (Smem buffers).
+    pub smem_offset: u64,
+    /// Copies kept in shared memory: 2 for a tile loaded in a loop (the next iteration's tile
+    /// streams in while this one is used), else 1.
+    pub stages: u32,
+}
+
+impl Buf {
+    /// Bytes of one stage of an Smem buffer (0 for registers).
+    pub fn smem_stage_bytes(&self) -> u64 {
+        match self.kind {
+            BufKind::Smem { dtype, rows, cols } => rows * cols * dtype.size(),
+            _ => 0,
+        }
+    }
+}
+
+/// What an operand reads, at one element `(row, col)` of the block.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Src {
+    /// A Frag (same rows and columns) or Rows buffer (broadcast along columns).
+    Reg(BufId),
+    /// An Smem tile read in the block's layout: row `row` unless the tile has a single row
+    /// (broadcast over rows), column `col` unless it has a single column.
+    Tile(BufId),
+    /// A constant.
+    Const(f64),
+    /// The runtime extent of a dim, as f32.
+    Extent(DimVar),
+}
+
+/// An elementwise expression over block elements.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Expr {
+    /// A leaf.
+    Src(Src),
+    /// One operand.
+    Unary(UnaryOp, Box<Expr>),
+    /// Two operands.
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    /// `exp(a - b)` that is 0 when `a` is -inf, whatever `b` (the rescale factor of a running
+    /// max that has not seen a finite value yet).
+    ExpDiff(Box<Expr>, Box<Expr>),
+    /// The value, or `fill` at columns outside the tensor (`base + col < extent(bound)` fails
+    /// for some limit): -inf so that a maximum and an exp ignore them.
+    MaskCols(Box<Expr>, Vec<Limit>, f64),
+}
+
+impl Expr {
+    /// A leaf reading a register buffer.
+    pub fn reg(b: BufId) -> Expr {
+        Expr::Src(Src::Reg(b))
+    }
+
+    /// A binary node.
+    pub fn bin(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+        Expr::Binary(op, Box::new(a), Box::new(b))
+    }
+
+    /// Every buffer the expression reads.
+    pub fn bufs(&self, out: &mut Vec<BufId>) {
+        match self {
+            Expr::Src(Src::Reg(b) | Src::Tile(b)) => out.push(*b),
+            Expr::Src(Src::Const(_) | Src::Extent(_)) => {}
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) => a.bufs(out),
+            Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
+                a.bufs(out);
+                b.bufs(out);
+            }
+        }
+    }
+}
+
+/// The left operand of a tensor-core product: rows of the block × k.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MmaA {
+    /// An Smem tile stored `rows × k` (or `k × rows` when `trans`).
+    Smem {
+        /// The tile.
+        buf: BufId,
+        /// Stored k-major.
+        trans: bool,
+    },
+    /// A Frag with k columns, rounded to the MMA input type in registers.
+    Frag(BufId),
+}
+
+/// The right operand: an Smem tile holding a `k × n` matrix.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MmaB {
+    /// The tile.
+    pub buf: BufId,
+    /// Stored `n × k` (each row is one output column): the transposed view of an input.
+    pub n_major: bool,
+}
+
+/// One statement.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Stmt {
+    /// Stages a tile of a global tensor in shared memory; elements outside the tensor (per
+    /// the tmap's limits) read as zero.
+    Load {
+        /// Destination (Smem).
+        dst: BufId,
+        /// Source tensor.
+        param: ParamId,
+        /// The slice.
+        tmap: TMap,
+    },
+    /// `dst = expr` elementwise over `dst`'s layout.
+    Assign {
+        /// Frag or Rows destination.
+        dst: BufId,
+        /// The value.
+        expr: Expr,
+    },
+    /// Reduces `expr` (a block tile of `cols` columns) along its columns into the Rows buffer
+    /// `dst`, skipping columns outside `mask`; with `acc`, combines with `dst`'s old value.
+    RowReduce {
+        /// Rows destination.
+        dst: BufId,
+        /// Sum or max (mean is a sum followed by a scale).
+        op: ReduceOp,
+        /// The reduced tile.
+        expr: Expr,
+        /// Its column count.
+        cols: u64,
+        /// Column validity: `base + c < extent(bound)`.
+        mask: Vec<Limit>,
+        /// Combine with the old value.
+        acc: bool,
+    },
+    /// `acc = a · b` (or `acc += a · b`) over `k`, in f32.
+    Mma {
+        /// Frag accumulator.
+        acc: BufId,
+        /// Left operand.
+        a: MmaA,
+        /// Right operand.
+        b: MmaB,
+        /// Contracted length (multiple of 16).
+        k: u64,
+        /// Add to the old value.
+        accumulate: bool,
+    },
+    /// Writes a block tile to a global tensor, converting to its dtype; elements outside
+    /// the tensor are skipped.
+    Store {
+        /// Destination tensor.
+        param: ParamId,
+        /// The value, in the block layout.
+        expr: Expr,
+        /// Columns of the stored tile.
+        cols: u64,
+        /// The slice.
+        tmap: TMap,
+    },
+    /// A sequential loop: `iter` runs over `ceil(extent(dim) / tile)` iterations.
+    Loop {
+        /// The iterator.
+        iter: IterId,
+        /// The walked dim.
+        dim: DimVar,
+        /// Elements per iteration.
+        tile: u64,
+        /// Body.
+        body: Vec<Stmt>,
+    },
+}
+
+/// A global tensor a kernel reads or writes.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Param {
+    /// Name (`q`, `ws0`).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Extent per axis, as dims (`None` for a unit axis).
+    pub shape: Vec<Option<DimVar>>,
+    /// Written by the kernel.
+    pub output: bool,
+    /// What it is bound to at launch.
+    pub binding: Binding,
+}
+
+/// What a kernel parameter is at launch time.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Binding {
+    /// A graph input.
+    Input(u32),
+    /// A graph output.
+    Output(u32),
+    /// A workspace buffer between the kernels of one launch.
+    Workspace(u32),
+}
+
+/// One grid axis: `iter` runs over `ceil(extent(dim) / tile)` blocks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct GridAxis {
+    /// Block index component.
+    pub iter: IterId,
+    /// The dim.
+    pub dim: DimVar,
+    /// Elements per block.
+    pub tile: u64,
+}
+
+/// How the block's warps cover its rows and the columns of every register tile.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Warps {
+    /// Warps stacked along rows.
+    pub m: u32,
+    /// Warps side by side along columns.
+    pub n: u32,
+    /// 16-row MMA tiles per warp.
+    pub m_tiles: u32,
+}
+
+impl Warps {
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        32 * self.m * self.n
+    }
+}
+
+/// One kernel of a launch.
+#[derive(Clone, PartialEq, Debug)]
+pub struct TileKernel {
+    /// Entry point name (`cleave_<kernel>_<index>`).
+    pub symbol: String,
+    /// Global tensors, in parameter order.
+    pub params: Vec<Param>,
+    /// Dims whose runtime extents the kernel needs, in parameter order after the tensors.
+    pub extents: Vec<DimVar>,
+    /// The grid.
+    pub grid: Vec<GridAxis>,
+    /// Block rows (the flattened non-last axes of the output tile, padded to 16).
+    pub rows: u64,
+    /// Warp layout.
+    pub warps: Warps,
+    /// Buffers.
+    pub bufs: Vec<Buf>,
+    /// The program.
+    pub body: Vec<Stmt>,
+    /// Dynamic shared memory, bytes.
+    pub smem_bytes: u64,
+}
+
+impl TileKernel {
+    /// The buffer behind an id.
+    pub fn buf(&self, b: BufId) -> &Buf {
+        &self.bufs[b.0 as usize]
+    }
+}
+
+/// Renders a kernel in the style of the paper's Listing 1.
+pub struct ShowKernel<'a> {
+    /// The kernel.
+    pub kernel: &'a TileKernel,
+    /// Names of dims.
+    pub dims: &'a DimTable,
+    /// Names of iterators.
+    pub names: &'a IterNames,
+}
+
+impl fmt::Display for ShowKernel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = self.kernel;
+        let grid: Vec<String> = k
+            .grid
+            .iter()
+            .map(|a| format!("{} < ceil({}/{})", self.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
+            .collect();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "parfor {}:  # {} threads, {} rows, {} B smem",
+            if grid.is_empty() { "_ < 1".to_string() } else { grid.join(", ") },
+            k.warps.threads(),
+            k.rows,
+            k.smem_bytes
+        );
+        for s in &k.body {
+            self.stmt(s, 1, &mut out);
+        }
+        f.write_str(&out)
+    }
+}
+
+impl ShowKernel<'_> {
+    fn name(&self, b: BufId) -> &str {
+        &self.kernel.buf(b).name
+    }
+
+    fn slice(&self, p: ParamId, tmap: &TMap) -> String {
+        let ranges: Vec<String> = tmap
+            .axes
+            .iter()
+            .map(|a| {
+                if a.extent == 1 {
+                    a.offset.show(self.names, self.dims)
+                } else {
+                    format!("{}:+{}", a.offset.show(self.names, self.dims), a.extent)
+                }
+            })
+            .collect();
+        format!("{}[{}]", self.kernel.params[p.0 as usize].name, ranges.join(", "))
+    }
+
+    fn expr(&self, e: &Expr) -> String {
+        match e {
+            Expr::Src(Src::Reg(b) | Src::Tile(b)) => self.name(*b).to_string(),
+            Expr::Src(Src::Const(c)) => format!("{c:?}"),
+            Expr::Src(Src::Extent(d)) => self.dims.get(*d).name.clone(),
+            Expr::Unary(UnaryOp::Neg, a) => format!("-{}", self.expr(a)),
+            Expr::Unary(u, a) => format!("{}({})", u.name(), self.expr(a)),
+            Expr::Binary(BinaryOp::Max, a, b) => format!("max({}, {})", self.expr(a), self.expr(b)),
+            Expr::Binary(op, a, b) => {
+                format!("({} {} {})", self.expr(a), op.symbol().unwrap_or("?"), self.expr(b))
+            }
+            Expr::ExpDiff(a, b) => format!("exp({} - {})", self.expr(a), self.expr(b)),
+            Expr::MaskCols(a, _, fill) => format!("mask({}, {fill:?})", strip(&self.expr(a))),
+        }
+    }
+
+    fn stmt(&self, s: &Stmt, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        match s {
+            Stmt::Load { dst, param, tmap } => {
+                let _ = writeln!(out, "{pad}{} = Load({})", self.name(*dst), self.slice(*param, tmap));
+            }
+            Stmt::Assign { dst, expr } => {
+                let _ = writeln!(out, "{pad}{} = {}", self.name(*dst), strip(&self.expr(expr)));
+            }
+            Stmt::RowReduce { dst, op, expr, acc, .. } => {
+                let f = match op {
+                    ReduceOp::Max => "Rowmax",
+                    _ => "Rowsum",
+                };
+                let (lhs, join) = match (acc, op) {
+                    (true, ReduceOp::Max) => (format!("{0} = max({0}, ", self.name(*dst)), ")"),
+                    (true, _) => (format!("{} += ", self.name(*dst)), ""),
+                    (false, _) => (format!("{} = ", self.name(*dst)), ""),
+                };
+                let _ = writeln!(out, "{pad}{lhs}{f}({}){join}", strip(&self.expr(expr)));
+            }
+            Stmt::Mma { acc, a, b, accumulate, .. } => {
+                let a = match a {
+                    MmaA::Smem { buf, trans: false } => self.name(*buf).to_string(),
+                    MmaA::Smem { buf, trans: true } => format!("{}^T", self.name(*buf)),
+                    MmaA::Frag(buf) => self.name(*buf).to_string(),
+                };
+                let b = if b.n_major { format!("{}^T", self.name(b.buf)) } else { self.name(b.buf).to_string() };
+                let op = if *accumulate { "+=" } else { "=" };
+                let _ = writeln!(out, "{pad}{} {op} MMA({a}, {b})", self.name(*acc));
+            }
+            Stmt::Store { param, expr, tmap, .. } => {
+                let _ = writeln!(out, "{pad}Store({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap));
+            }
+            Stmt::Loop { iter, dim, tile, body } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}for {} in range(0, {}, {tile}):",
+                    self.names.name(*iter),
+                    self.dims.get(*dim).name
+                );
+                for s in body {
+                    self.stmt(s, depth + 1, out);
+                }
+            }
+        }
+    }
+}
+
+fn strip(s: &str) -> &str {
+    if s.starts_with('(') && s.ends_with(')') && balanced(&s[1..s.len() - 1]) {
+        &s[1..s.len() - 1]
+    } else {
+        s
+    }
+}
+
+fn balanced(s: &str) -> bool {
+    let mut depth = 0i32;
+    for c in s.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    depth == 0
+}
+
+/// Evaluates an offset for concrete iterator and dim values (shared by the interpreter and the
+/// launch-plan builder).
+pub fn eval_offset(a: &Affine, iters: &dyn Fn(IterId) -> u64, dims: &dyn Fn(DimVar) -> u64) -> u64 {
+    a.eval(iters, dims)
+}

@@ -1,0 +1,66 @@
+//! Hardware limits the scheduler plans against. Published figures; nothing here is measured.
+
+/// One GPU architecture's budget.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Arch {
+    /// `sm_80`, `sm_90`.
+    pub name: &'static str,
+    /// Streaming multiprocessors (A100: 108; H100/H200: 132).
+    pub sms: u32,
+    /// Shared memory one block may use after opting in, in bytes.
+    pub smem_per_block: u64,
+    /// Shared memory per SM, in bytes (bounds blocks per SM).
+    pub smem_per_sm: u64,
+    /// 32-bit registers per SM.
+    pub regs_per_sm: u32,
+    /// Most threads resident per SM.
+    pub threads_per_sm: u32,
+    /// Dense f16 tensor-core peak through `mma.sync`, FLOP/s.
+    pub mma_flops: f64,
+    /// f32 SIMT peak, FLOP/s.
+    pub simt_flops: f64,
+    /// DRAM bandwidth, bytes/s.
+    pub dram_bandwidth: f64,
+}
+
+/// A100-SXM4 (sm_80): 164 KiB of opt-in shared memory per SM, 163 KiB per block.
+pub const SM80: Arch = Arch {
+    name: "sm_80",
+    sms: 108,
+    smem_per_block: 166_912,
+    smem_per_sm: 167_936,
+    regs_per_sm: 65_536,
+    threads_per_sm: 2048,
+    mma_flops: 312e12,
+    simt_flops: 19.5e12,
+    dram_bandwidth: 2.0e12,
+};
+
+/// H200 (sm_90) running the sm_80 instruction set (mma.sync, cp.async): 227 KiB per block.
+pub const SM90: Arch = Arch {
+    name: "sm_90",
+    sms: 132,
+    smem_per_block: 232_448,
+    smem_per_sm: 233_472,
+    regs_per_sm: 65_536,
+    threads_per_sm: 2048,
+    // mma.sync reaches roughly FA2-level throughput on Hopper, not the wgmma peak.
+    mma_flops: 500e12,
+    simt_flops: 60e12,
+    dram_bandwidth: 4.8e12,
+};
+
+/// The architecture a single generated kernel must fit everywhere: the smaller of each limit,
+/// so one plan runs on every target of the default fatbin (sm_80 and sm_90).
+pub fn common(archs: &[Arch]) -> Arch {
+    let mut a = archs[0];
+    for b in &archs[1..] {
+        a.smem_per_block = a.smem_per_block.min(b.smem_per_block);
+        a.smem_per_sm = a.smem_per_sm.min(b.smem_per_sm);
+        a.sms = a.sms.min(b.sms);
+        a.mma_flops = a.mma_flops.min(b.mma_flops);
+        a.simt_flops = a.simt_flops.min(b.simt_flops);
+        a.dram_bandwidth = a.dram_bandwidth.min(b.dram_bandwidth);
+    }
+    a
+}

@@ -1,0 +1,292 @@
+//! Inter- and intra-threadblock scheduling (paper §5.3): one tile configuration to an itGraph.
+//!
+//! The inter-block pass tiles the outputs into the grid and back-propagates tile maps to every
+//! node, with every reduction still reading its whole reduced axis. The intra-block pass then
+//! repeatedly takes the last-wave iterative reductions (those with no iterative reduction
+//! downstream), groups the ones that share producers (horizontal fusion), and wraps each group
+//! with all its producers in a sequential loop over the reduced axis, re-deriving tile maps
+//! inside. It recurses into each new loop until every reduction runs at its configured tile.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::config::TileConfig;
+use super::itgraph::{Affine, AxisRange, ItGraph, ItNode, IterId, Limit, LoopAxis, LoopKind, TMap};
+use super::tmap::{full_range, operand_tmaps, reduced_axis, Reject};
+use crate::graph::{Dim, Graph, NodeId};
+
+/// Allocates fresh iterators.
+#[derive(Default)]
+struct Iters(u32);
+
+impl Iters {
+    fn fresh(&mut self) -> IterId {
+        self.0 += 1;
+        IterId(self.0 - 1)
+    }
+}
+
+/// Schedules `g` (one kernel's graph) under `cfg`.
+pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
+    let mut iters = Iters::default();
+    let live = g.live();
+    let ops: Vec<NodeId> = g.ids().filter(|id| live[id.index()]).collect();
+
+    // Grid: one parallel axis per output dim that is tiled (or dynamic, hence always tiled).
+    let mut loops: Vec<LoopAxis> = Vec::new();
+    let mut seeds: BTreeMap<NodeId, TMap> = BTreeMap::new();
+    for out in &g.outputs {
+        let mut axes = Vec::new();
+        for &d in g.shape(out.node) {
+            let Dim::Var(v) = d else {
+                axes.push(AxisRange::unit());
+                continue;
+            };
+            let info = g.dims.get(v);
+            let tile = cfg.out.get(&v).copied().unwrap_or(info.value).min(info.value.max(1));
+            let tiled = info.dynamic || tile < info.value;
+            let offset = if tiled {
+                let iter = match loops.iter().find(|l| l.dim == v) {
+                    Some(l) => l.iter,
+                    None => {
+                        let iter = iters.fresh();
+                        loops.push(LoopAxis { iter, dim: v, tile });
+                        iter
+                    }
+                };
+                Affine::iter(iter, tile)
+            } else {
+                Affine::zero()
+            };
+            let ragged = info.dynamic || info.value % tile != 0;
+            let limits = if ragged { vec![Limit { base: offset.clone(), bound: v }] } else { Vec::new() };
+            axes.push(AxisRange { offset, extent: tile, limits });
+        }
+        let tm = TMap { axes };
+        if let Some(prev) = seeds.get(&out.node) {
+            if *prev != tm {
+                return Err(Reject::Conflict(out.node));
+            }
+        }
+        seeds.insert(out.node, tm);
+    }
+    let reduced = |node: NodeId| -> Option<AxisRange> {
+        let a = reduced_axis(g, node, 0)?;
+        Some(full_range(g, g.shape(g.node(node).args[0])[a]))
+    };
+    let tmaps = backprop(g, &ops, seeds, &reduced)?;
+    let mut top = ItGraph {
+        kind: LoopKind::Parallel,
+        loops,
+        nodes: ops.iter().map(|&id| ItNode::Op(id)).collect(),
+        tmaps,
+        accumulates: Vec::new(),
+    };
+    tile_level(g, cfg, &mut top, &mut iters)?;
+    Ok(top)
+}
+
+/// Derives tile maps for `ops` (a level's nodes, in order) from the seeds, walking backwards.
+/// `reduced` gives the range of a reduction's reduced axis at this level.
+fn backprop(
+    g: &Graph,
+    ops: &[NodeId],
+    seeds: BTreeMap<NodeId, TMap>,
+    reduced: &dyn Fn(NodeId) -> Option<AxisRange>,
+) -> Result<BTreeMap<NodeId, TMap>, Reject> {
+    let in_level: BTreeSet<NodeId> = ops.iter().copied().collect();
+    let mut tmaps = seeds;
+    for &id in ops.iter().rev() {
+        let Some(tm) = tmaps.get(&id).cloned() else {
+            // Nothing at this level consumes the node: it belongs elsewhere.
+            return Err(Reject::Unsupported(format!("node {} has no consumer at its level", id.0)));
+        };
+        let red = reduced(id);
+        let operands = operand_tmaps(g, id, &tm, red.as_ref())?;
+        for (arg, want) in g.node(id).args.iter().zip(operands) {
+            if !in_level.contains(arg) {
+                continue;
+            }
+            match tmaps.get(arg) {
+                Some(have) if *have != want => return Err(Reject::Conflict(*arg)),
+                Some(_) => {}
+                None => {
+                    tmaps.insert(*arg, want);
+                }
+            }
+        }
+    }
+    Ok(tmaps)
+}
+
+/// The reduced dim of a reduction and its configured tile.
+fn reduction_tile(g: &Graph, cfg: &TileConfig, id: NodeId) -> Option<(Dim, u64)> {
+    let a = reduced_axis(g, id, 0)?;
+    let d = g.shape(g.node(id).args[0])[a];
+    let full = match d {
+        Dim::One => 1,
+        Dim::Var(v) => g.dims.get(v).value,
+    };
+    Some((d, cfg.red.get(&id).copied().unwrap_or(full)))
+}
+
+/// True when the reduction must run as a loop: its tile is smaller than the axis, or the axis is
+/// dynamic.
+fn is_iterative(g: &Graph, cfg: &TileConfig, id: NodeId) -> Result<bool, Reject> {
+    let Some((d, tile)) = reduction_tile(g, cfg, id) else { return Ok(false) };
+    match d {
+        Dim::One => Ok(false),
+        Dim::Var(v) => {
+            let info = g.dims.get(v);
+            if info.dynamic && tile >= info.value && !cfg.red.contains_key(&id) {
+                return Err(Reject::Unsupported(format!("the dynamic axis {} must be tiled", info.name)));
+            }
+            Ok(info.dynamic || tile < info.value)
+        }
+    }
+}
+
+fn tile_level(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iters) -> Result<(), Reject> {
+    loop {
+        let ops: Vec<NodeId> = level.ops().collect();
+        let op_set: BTreeSet<NodeId> = ops.iter().copied().collect();
+        let mut iterative = Vec::new();
+        for &id in &ops {
+            if !level.accumulates.contains(&id) && is_iterative(g, cfg, id)? {
+                iterative.push(id);
+            }
+        }
+        if iterative.is_empty() {
+            return Ok(());
+        }
+        let users = g.users();
+        let descendants = |id: NodeId| -> BTreeSet<NodeId> {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![id];
+            while let Some(x) = stack.pop() {
+                for &u in &users[x.index()] {
+                    if op_set.contains(&u) && seen.insert(u) {
+                        stack.push(u);
+                    }
+                }
+            }
+            seen
+        };
+        let ancestors = |id: NodeId| -> BTreeSet<NodeId> {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![id];
+            while let Some(x) = stack.pop() {
+                for &a in &g.node(x).args {
+                    if op_set.contains(&a) && seen.insert(a) {
+                        stack.push(a);
+                    }
+                }
+            }
+            seen
+        };
+        let last_wave: Vec<NodeId> =
+            iterative.iter().copied().filter(|&r| descendants(r).iter().all(|d| !iterative.contains(d))).collect();
+
+        // Horizontal fusion: reductions sharing any producer form one group (paper §5.3). We
+        // also fuse reductions of the same axis and tile that feed a common consumer: they can
+        // share the loop, and the consumer then sees values on one common scale (the partial
+        // sums of a Split-K combine).
+        struct Group {
+            members: Vec<NodeId>,
+            producers: BTreeSet<NodeId>,
+            consumers: BTreeSet<NodeId>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        for &r in &last_wave {
+            let producers = ancestors(r);
+            let consumers = descendants(r);
+            let key = reduction_tile(g, cfg, r);
+            let mut merged = Group { members: vec![r], producers, consumers };
+            let mut i = 0;
+            while i < groups.len() {
+                let gr = &groups[i];
+                let joins = !gr.producers.is_disjoint(&merged.producers)
+                    || (!gr.consumers.is_disjoint(&merged.consumers) && reduction_tile(g, cfg, gr.members[0]) == key);
+                if joins {
+                    let other = groups.remove(i);
+                    merged.members.extend(other.members);
+                    merged.producers.extend(other.producers);
+                    merged.consumers.extend(other.consumers);
+                } else {
+                    i += 1;
+                }
+            }
+            merged.members.sort();
+            groups.push(merged);
+        }
+        let mut groups: Vec<Vec<NodeId>> = groups.into_iter().map(|gr| gr.members).collect();
+        groups.sort();
+
+        let mut new_nodes = level.nodes.clone();
+        for group in groups {
+            let (d0, t0) = reduction_tile(g, cfg, group[0]).expect("reductions have a reduced axis");
+            for &r in &group[1..] {
+                if reduction_tile(g, cfg, r) != Some((d0, t0)) {
+                    return Err(Reject::GroupMismatch(group[0], r));
+                }
+            }
+            let Dim::Var(dvar) = d0 else { unreachable!("iterative reductions reduce a variable") };
+            let mut inside: BTreeSet<NodeId> = group.iter().copied().collect();
+            for &r in &group {
+                inside.extend(ancestors(r));
+            }
+            // Producers (other than leaves) must be consumed only inside the loop, or they would
+            // have to be materialized whole for their other users.
+            let mut keep_outside = BTreeSet::new();
+            for &u in &inside {
+                if group.contains(&u) {
+                    continue;
+                }
+                let outside_users = users[u.index()].iter().any(|x| op_set.contains(x) && !inside.contains(x));
+                if outside_users {
+                    if g.node(u).op.is_leaf() {
+                        keep_outside.insert(u);
+                    } else {
+                        return Err(Reject::SharedUpstream(u));
+                    }
+                }
+            }
+            let iter = iters.fresh();
+            let tile = t0;
+            let inner_ops: Vec<NodeId> = ops.iter().copied().filter(|x| inside.contains(x)).collect();
+            let seeds: BTreeMap<NodeId, TMap> = group.iter().map(|&r| (r, level.tmaps[&r].clone())).collect();
+            let outer_tmaps = level.tmaps.clone();
+            let reduced = |node: NodeId| -> Option<AxisRange> {
+                let a = reduced_axis(g, node, 0)?;
+                let arg = g.node(node).args[0];
+                let outer = outer_tmaps.get(&arg)?.axes[a].clone();
+                if group.contains(&node) {
+                    Some(outer.sub(&Affine::iter(iter, tile), tile))
+                } else {
+                    Some(outer)
+                }
+            };
+            let tmaps = backprop(g, &inner_ops, seeds, &reduced)?;
+            let mut inner = ItGraph {
+                kind: LoopKind::Sequential,
+                loops: vec![LoopAxis { iter, dim: dvar, tile }],
+                nodes: inner_ops.iter().map(|&id| ItNode::Op(id)).collect(),
+                tmaps,
+                accumulates: group.clone(),
+            };
+            tile_level(g, cfg, &mut inner, iters)?;
+            // Replace the wrapped nodes by the loop, at the place of the last of them.
+            let last_pos = new_nodes
+                .iter()
+                .rposition(|n| matches!(n, ItNode::Op(id) if inside.contains(id)))
+                .expect("the group is at this level");
+            new_nodes[last_pos] = ItNode::Inner(Box::new(inner));
+            new_nodes.retain(|n| !matches!(n, ItNode::Op(id) if inside.contains(id) && !keep_outside.contains(id)));
+            for id in &inside {
+                if !keep_outside.contains(id) && !group.contains(id) {
+                    level.tmaps.remove(id);
+                }
+            }
+        }
+        level.nodes = new_nodes;
+    }
+}

@@ -1,0 +1,159 @@
+//! Tile configurations (paper App. A, Alg. 2): output tiles and grouped reduction tiles.
+//!
+//! Ladders are aligned to the `mma` shape (16) and to 16-byte transactions; dynamic axes take
+//! tiles from a fixed ladder and are predicated, never divisors of one representative size.
+
+use std::collections::BTreeMap;
+
+use super::tmap::reduced_dim;
+use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId, Op};
+
+/// One point of the schedule space.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct TileConfig {
+    /// Tile of each output dim (absent: the whole axis).
+    pub out: BTreeMap<DimVar, u64>,
+    /// Tile of the reduced axis of each reduction (absent: the whole axis).
+    pub red: BTreeMap<NodeId, u64>,
+    /// Warps per block.
+    pub warps: u32,
+}
+
+/// The rows tile ladder: one to eight `mma` row blocks.
+const ROW_TILES: [u64; 4] = [16, 32, 64, 128];
+/// Reduction tiles for iterated axes.
+const RED_TILES: [u64; 3] = [32, 64, 128];
+
+fn round16(x: u64) -> u64 {
+    x.div_ceil(16) * 16
+}
+
+/// The output whose tile defines the block: the one of highest rank, then the first.
+pub fn primary_output(g: &Graph) -> NodeId {
+    let mut best = &g.outputs[0];
+    for o in &g.outputs[1..] {
+        if g.shape(o.node).len() > g.shape(best.node).len() {
+            best = o;
+        }
+    }
+    best.node
+}
+
+/// Enumerates configurations, in a fixed order.
+pub fn enumerate(g: &Graph) -> Vec<TileConfig> {
+    let primary = g.shape(primary_output(g)).to_vec();
+    let rank = primary.len();
+    // Candidate tiles per output dim.
+    let mut out_choices: Vec<(DimVar, Vec<u64>)> = Vec::new();
+    for (j, d) in primary.iter().enumerate() {
+        let Dim::Var(v) = *d else { continue };
+        if out_choices.iter().any(|(w, _)| *w == v) {
+            continue;
+        }
+        let info = g.dims.get(v);
+        let e = info.value;
+        let choices: Vec<u64> = if j + 1 == rank {
+            if !info.dynamic && e <= 256 {
+                let mut c = vec![e];
+                c.extend([64, 128].into_iter().filter(|t| *t < e && e % t == 0));
+                c
+            } else {
+                vec![64, 128, 256].into_iter().filter(|t| *t <= round16(e)).collect()
+            }
+        } else if j + 2 == rank {
+            let mut c: Vec<u64> = ROW_TILES.into_iter().filter(|t| *t <= round16(e).max(16)).collect();
+            if !info.dynamic && e < 16 {
+                c = vec![e];
+            }
+            c
+        } else {
+            // Batch axes map to the grid; a small static axis next to the rows may instead be
+            // packed into the rows (grouped heads sharing one K/V head).
+            let mut c = vec![1];
+            if !info.dynamic && e > 1 && e <= 8 && j + 3 == rank && matches!(info.kind, DimKind::Plain) {
+                c.push(e);
+            }
+            c
+        };
+        out_choices.push((v, choices));
+    }
+    // Reductions grouped by the dim they reduce share one tile.
+    let mut classes: BTreeMap<DimVar, (Vec<NodeId>, bool)> = BTreeMap::new();
+    for id in g.ids() {
+        let Some(Dim::Var(v)) = reduced_dim(g, id) else { continue };
+        let n = g.node(id);
+        let non_last = matches!(n.op, Op::Reduce(_, a) if (a as usize) + 1 != g.shape(n.args[0]).len());
+        let e = classes.entry(v).or_insert((Vec::new(), false));
+        e.0.push(id);
+        e.1 |= non_last;
+    }
+    let mut red_choices: Vec<(Vec<NodeId>, Vec<u64>)> = Vec::new();
+    for (v, (nodes, non_last)) in classes {
+        let info = g.dims.get(v);
+        let choices: Vec<u64> = if non_last || matches!(info.kind, DimKind::SplitCount { .. }) {
+            vec![1]
+        } else if info.dynamic {
+            RED_TILES.to_vec()
+        } else {
+            let e = info.value;
+            let mut c = Vec::new();
+            if e <= 256 {
+                c.push(e);
+            }
+            c.extend(RED_TILES.into_iter().filter(|t| *t < e));
+            c
+        };
+        red_choices.push((nodes, choices));
+    }
+    // Cartesian product in a fixed order.
+    let mut configs = vec![TileConfig { out: BTreeMap::new(), red: BTreeMap::new(), warps: 4 }];
+    for (v, choices) in &out_choices {
+        configs = configs
+            .into_iter()
+            .flat_map(|c| {
+                choices.iter().map(move |t| {
+                    let mut c = c.clone();
+                    c.out.insert(*v, *t);
+                    c
+                })
+            })
+            .collect();
+    }
+    for (nodes, choices) in &red_choices {
+        configs = configs
+            .into_iter()
+            .flat_map(|c| {
+                choices.iter().map(move |t| {
+                    let mut c = c.clone();
+                    for n in nodes {
+                        c.red.insert(*n, *t);
+                    }
+                    c
+                })
+            })
+            .collect();
+    }
+    configs
+        .into_iter()
+        .flat_map(|c| {
+            let rows = row_count(g, &c);
+            let mut v = vec![TileConfig { warps: 4, ..c.clone() }];
+            if rows >= 128 {
+                v.push(TileConfig { warps: 8, ..c });
+            }
+            v
+        })
+        .collect()
+}
+
+/// The number of rows of the block: the product of the primary output's non-last tiles.
+pub fn row_count(g: &Graph, c: &TileConfig) -> u64 {
+    let shape = g.shape(primary_output(g));
+    shape[..shape.len().saturating_sub(1)]
+        .iter()
+        .map(|d| match d {
+            Dim::One => 1,
+            Dim::Var(v) => c.out.get(v).copied().unwrap_or(g.dims.get(*v).value),
+        })
+        .product()
+}

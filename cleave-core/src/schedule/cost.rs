@@ -1,0 +1,117 @@
+//! The analytic cost model (paper App. A, extended to a time estimate).
+//!
+//! For one planned kernel it counts, per block, the global-memory bytes of every tile load and
+//! store over all loop iterations (loads hoisted out of a loop count once) and the tensor-core
+//! and SIMT flops; the shared-memory peak comes from the planner's allocator. Occupancy follows
+//! from shared memory, registers and threads; the grid runs in waves over the SMs. The estimate
+//! is `waves × max(compute, memory)` of one wave, which ranks candidates; it is not a
+//! prediction of absolute time.
+
+use super::arch::Arch;
+use crate::graph::{DimTable, DimVar};
+use crate::plan::program::{Stmt, TileKernel};
+
+/// The model's view of one kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    /// Blocks in the grid.
+    pub blocks: u64,
+    /// Global-memory bytes moved by all blocks.
+    pub gmem_bytes: u64,
+    /// Tensor-core flops of all blocks.
+    pub mma_flops: u64,
+    /// Other flops of all blocks.
+    pub simt_flops: u64,
+    /// Dynamic shared memory per block.
+    pub smem_bytes: u64,
+    /// Blocks resident per SM.
+    pub blocks_per_sm: u64,
+    /// Waves of blocks.
+    pub waves: u64,
+    /// Estimated seconds (for ranking).
+    pub seconds: f64,
+}
+
+fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
+    dims.get(d).value.div_ceil(tile).max(1)
+}
+
+/// Estimates a kernel's cost at the dims' representative extents.
+pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch) -> Cost {
+    let blocks: u64 = k.grid.iter().map(|a| trips(dims, a.dim, a.tile)).product::<u64>().max(1);
+    let threads = u64::from(k.warps.threads());
+    let mut bytes = 0u64;
+    let mut mma = 0u64;
+    let mut simt = 0u64;
+    let mut iterations = 0u64;
+    walk(k, &k.body, 1, dims, &mut bytes, &mut mma, &mut simt, &mut iterations);
+    let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
+    let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
+    let by_threads = u64::from(arch.threads_per_sm) / threads;
+    let blocks_per_sm = by_smem.min(by_regs).min(by_threads).clamp(1, 32);
+    let slots = u64::from(arch.sms) * blocks_per_sm;
+    let waves = blocks.div_ceil(slots);
+    // One wave runs `slots` blocks at once; the last wave is as slow as a full one.
+    let per_block_mem = bytes as f64 / arch.dram_bandwidth * slots as f64;
+    let per_block_compute = mma as f64 / arch.mma_flops * slots as f64 + simt as f64 / arch.simt_flops * slots as f64;
+    // Fixed costs the throughput terms miss: launching a block, and the barriers and copy
+    // latency of every loop iteration (which is what makes tiny tiles slow).
+    let latency = 2e-6 + iterations as f64 * 2e-7;
+    let seconds = waves as f64 * (per_block_mem.max(per_block_compute) + latency);
+    Cost {
+        blocks,
+        gmem_bytes: bytes * blocks,
+        mma_flops: mma * blocks,
+        simt_flops: simt * blocks,
+        smem_bytes: k.smem_bytes,
+        blocks_per_sm,
+        waves,
+        seconds,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk(
+    k: &TileKernel,
+    body: &[Stmt],
+    times: u64,
+    dims: &DimTable,
+    bytes: &mut u64,
+    mma: &mut u64,
+    simt: &mut u64,
+    iterations: &mut u64,
+) {
+    let rows = k.rows;
+    for s in body {
+        match s {
+            Stmt::Load { param, tmap, .. } => {
+                let p = &k.params[param.0 as usize];
+                *bytes += times * tmap.elements() * p.dtype.size();
+            }
+            Stmt::Store { param, tmap, .. } => {
+                let p = &k.params[param.0 as usize];
+                *bytes += times * tmap.elements() * p.dtype.size();
+            }
+            Stmt::Mma { acc, k: kk, .. } => {
+                let cols = match k.buf(*acc).kind {
+                    crate::plan::program::BufKind::Frag { cols } => cols,
+                    _ => 1,
+                };
+                *mma += times * 2 * rows * cols * kk;
+            }
+            Stmt::Assign { dst, .. } => {
+                let cols = match k.buf(*dst).kind {
+                    crate::plan::program::BufKind::Frag { cols } => cols,
+                    _ => 1,
+                };
+                *simt += times * rows * cols * 4;
+            }
+            Stmt::RowReduce { cols, .. } => *simt += times * rows * cols * 2,
+            Stmt::Loop { dim, tile, body, .. } => {
+                let n = times * trips(dims, *dim, *tile);
+                *iterations += n;
+                walk(k, body, n, dims, bytes, mma, simt, iterations);
+            }
+        }
+    }
+}
