@@ -209,6 +209,15 @@ impl Bindings {
     pub fn extents(&self, shape: &[Dim]) -> Vec<usize> {
         shape.iter().map(|&d| self.extent(d)).collect()
     }
+
+    /// Recomputes every split chunk from its axis and count: `ceil(K / s)`.
+    pub fn complete(&mut self, table: &DimTable) {
+        for (v, d) in table.iter() {
+            if let DimKind::SplitChunk { of, count } = d.kind {
+                self.values[v.index()] = self.values[of.index()].div_ceil(self.values[count.index()].max(1));
+            }
+        }
+    }
 }
 
 impl fmt::Display for DimVar {

@@ -204,6 +204,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo, symbol: &
         lw.extents.insert(a.dim);
     }
     collect_extents(&body, &mut lw.extents);
+    lw.extents = runtime_extents(g, &lw.extents);
     let kernel = TileKernel {
         symbol: symbol.to_string(),
         params: lw.params,
@@ -1034,6 +1035,24 @@ fn lifetimes(
             }
         }
     }
+}
+
+/// The dims a kernel takes as arguments: the dynamic ones it uses, with a split chunk replaced
+/// by the axis and count it derives from (the kernel computes `ceil(K / s)` itself).
+fn runtime_extents(g: &Graph, used: &BTreeSet<DimVar>) -> BTreeSet<DimVar> {
+    let mut out = BTreeSet::new();
+    for &d in used {
+        match g.dims.get(d).kind {
+            crate::graph::DimKind::SplitChunk { of, count } => {
+                out.extend([of, count].into_iter().filter(|v| g.dims.get(*v).dynamic));
+            }
+            _ if g.dims.get(d).dynamic => {
+                out.insert(d);
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The dynamic dims a kernel reads at run time: loop trip counts, limits, scaled offsets.

@@ -1,0 +1,217 @@
+//! Host emulation of generated kernels, for the command line and the tests: compiles a launch's
+//! CUDA source as C++ against the emulation header into a shared library (cached by content),
+//! loads it, and runs the launch through the runtime's host executor, the same code path
+//! `run_host` uses.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cleave_core::codegen::plan::{FactorData, ParamData, PlanData};
+use cleave_core::codegen::{cuda, headers};
+use cleave_core::graph::{Bindings, DType};
+use cleave_core::plan::Launch;
+use cleave_core::reference::Tensor;
+use cleave_runtime::host::EmuFn;
+use cleave_runtime::{Axis, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, TensorSpec, WorkspaceSpec};
+
+/// A compiled host-emulation library of one launch.
+pub struct HostLibrary {
+    lib: libloading::Library,
+    plan: &'static LaunchPlan,
+}
+
+/// The directory for cached builds: `CLEAVE_CACHE_DIR`, else the user cache, else a temp dir.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CLEAVE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("cleave");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache").join("cleave");
+    }
+    std::env::temp_dir().join("cleave-cache")
+}
+
+fn cxx() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "c++".to_string())
+}
+
+/// Compiles the emulation library for a launch (or reuses the cached one).
+pub fn compile(launch: &Launch, plan: &PlanData) -> Result<HostLibrary, String> {
+    let source = cuda::emit_launch(launch, &plan.kernel);
+    let compiler = cxx();
+    let key = cleave_core::hash::hex(&[source.as_bytes(), headers::fingerprint().as_bytes(), compiler.as_bytes()]);
+    let dir = cache_dir().join("emu");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let lib_path = dir.join(format!("{}-{key}.so", plan.kernel));
+    if !lib_path.exists() {
+        let inc = dir.join(format!("include-{}", headers::fingerprint()));
+        headers::write_to(&inc).map_err(|e| format!("{}: {e}", inc.display()))?;
+        let src_path = dir.join(format!("{}-{key}.cpp", plan.kernel));
+        std::fs::write(&src_path, &source).map_err(|e| format!("{}: {e}", src_path.display()))?;
+        let tmp = dir.join(format!("{}-{key}.so.{}", plan.kernel, std::process::id()));
+        let out = Command::new(&compiler)
+            .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DCLEAVE_EMULATE", "-w"])
+            .arg("-I")
+            .arg(&inc)
+            .arg(&src_path)
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .map_err(|e| format!("cannot run the C++ compiler `{compiler}` (set CXX): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "the C++ compiler failed on {}:\n{}",
+                src_path.display(),
+                String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n")
+            ));
+        }
+        // Atomic publish: concurrent test processes may build the same library.
+        std::fs::rename(&tmp, &lib_path).map_err(|e| format!("{}: {e}", lib_path.display()))?;
+    }
+    load(&lib_path, plan)
+}
+
+fn load(path: &Path, plan: &PlanData) -> Result<HostLibrary, String> {
+    // SAFETY: the library is one we just compiled from generated source; loading it runs no
+    // initializers beyond the C++ runtime's.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(HostLibrary { lib, plan: leak_plan(plan) })
+}
+
+fn leak<T>(v: Vec<T>) -> &'static [T] {
+    Box::leak(v.into_boxed_slice())
+}
+
+fn leak_str(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+fn rt_dtype(d: DType) -> cleave_runtime::DType {
+    match d {
+        DType::F16 => cleave_runtime::DType::F16,
+        DType::BF16 => cleave_runtime::DType::BF16,
+        DType::F32 => cleave_runtime::DType::F32,
+    }
+}
+
+fn product(fs: &[FactorData]) -> Product {
+    Product(leak(
+        fs.iter()
+            .map(|f| match *f {
+                FactorData::Const(c) => Factor::Const(c),
+                FactorData::Dim(d) => Factor::Dim(d),
+                FactorData::CeilDiv(d, t) => Factor::CeilDiv(d, t),
+            })
+            .collect(),
+    ))
+}
+
+/// Builds the runtime's plan from plan data. The command line runs one plan per process, so
+/// leaking it is the simplest way to give it the `'static` lifetime generated plans have.
+pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
+    let tensor = |t: &cleave_core::codegen::plan::TensorData| TensorSpec {
+        name: leak_str(&t.name),
+        dtype: rt_dtype(t.dtype),
+        shape: leak(t.shape.iter().map(|a| a.map_or(Axis::One, Axis::Dim)).collect()),
+    };
+    Box::leak(Box::new(LaunchPlan {
+        kernel: leak_str(&p.kernel),
+        dims: leak(p.dims.iter().map(|d| DimSpec { name: leak_str(&d.name), value: d.value, dynamic: d.dynamic }).collect()),
+        inputs: leak(p.inputs.iter().map(tensor).collect()),
+        outputs: leak(p.outputs.iter().map(tensor).collect()),
+        workspaces: leak(p.workspaces.iter().map(|(b, f)| WorkspaceSpec { elem_bytes: *b, len: product(f) }).collect()),
+        launches: leak(
+            p.launches
+                .iter()
+                .map(|l| KernelLaunch {
+                    symbol: leak_str(&l.symbol),
+                    grid: [product(&l.grid), Product(&[]), Product(&[])],
+                    threads: l.threads,
+                    smem_bytes: l.smem_bytes,
+                    params: leak(
+                        l.params
+                            .iter()
+                            .map(|p| match *p {
+                                ParamData::Input(i) => Param::Input(i),
+                                ParamData::Output(i) => Param::Output(i),
+                                ParamData::Workspace(i) => Param::Workspace(i),
+                                ParamData::Extent(i) => Param::Extent(i),
+                            })
+                            .collect(),
+                    ),
+                })
+                .collect(),
+        ),
+    }))
+}
+
+fn to_bytes(dtype: DType, data: &[f64]) -> Vec<u8> {
+    match dtype {
+        DType::F16 => data.iter().flat_map(|x| half::f16::from_f64(*x).to_bits().to_le_bytes()).collect(),
+        DType::BF16 => data.iter().flat_map(|x| half::bf16::from_f64(*x).to_bits().to_le_bytes()).collect(),
+        DType::F32 => data.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect(),
+    }
+}
+
+fn from_bytes(dtype: DType, b: &[u8]) -> Vec<f64> {
+    match dtype {
+        DType::F16 => b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::F32 => b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+    }
+}
+
+impl HostLibrary {
+    /// The runtime plan this library implements.
+    pub fn plan(&self) -> &'static LaunchPlan {
+        self.plan
+    }
+
+    /// Runs the launch on inputs (graph input order) at the given extents (one per dim of the
+    /// launch's table; split chunks are derived). Returns the outputs.
+    pub fn run(&self, launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>, String> {
+        let g = &launch.graph;
+        let mut fns: Vec<EmuFn> = Vec::new();
+        for l in self.plan.launches {
+            let name = format!("cleave_emu_{}\0", l.symbol);
+            // SAFETY: every `cleave_emu_*` entry point the generator writes has the `EmuFn`
+            // signature.
+            let f: libloading::Symbol<'_, EmuFn> =
+                unsafe { self.lib.get(name.as_bytes()) }.map_err(|e| format!("{}: {e}", l.symbol))?;
+            fns.push(*f);
+        }
+        // The plan's extents: the launch's dims without split chunks, in table order.
+        let extents: Vec<u64> = launch
+            .dims()
+            .iter()
+            .filter(|(_, d)| !matches!(d.kind, cleave_core::graph::DimKind::SplitChunk { .. }))
+            .map(|(v, _)| bindings.values[v.index()])
+            .collect();
+        let in_bytes: Vec<Vec<u8>> =
+            inputs.iter().zip(&g.inputs).map(|(t, i)| to_bytes(i.decl.dtype, &t.data)).collect();
+        let mut out_bytes: Vec<Vec<u8>> = g
+            .outputs
+            .iter()
+            .map(|o| {
+                let n: usize = bindings.extents(&o.decl.shape).iter().product();
+                vec![0xFFu8; n * o.decl.dtype.size() as usize]
+            })
+            .collect();
+        let in_ptrs: Vec<*const u8> = in_bytes.iter().map(|b| b.as_ptr()).collect();
+        let out_ptrs: Vec<*mut u8> = out_bytes.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: the buffers have exactly the element counts the plan's shapes give for these
+        // extents (built from the same graph), outputs do not overlap inputs, and `fns` are the
+        // plan's launches in order. Byte vectors are at least 1-aligned; the emulator copies
+        // elements with unaligned reads, as its header documents.
+        unsafe { cleave_runtime::host::execute(self.plan, &fns, &extents, &in_ptrs, &out_ptrs, seed) }
+            .map_err(|e| e.to_string())?;
+        Ok(g.outputs
+            .iter()
+            .zip(out_bytes)
+            .map(|(o, b)| Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &b) })
+            .collect())
+    }
+}
