@@ -1,1 +1,34 @@
 //! Runtime for Cleave-generated launchers.
+//!
+//! Code generation emits, per declared kernel, a static [`LaunchPlan`] (which kernels to
+//! launch, with which grids, workspaces and parameters), the embedded [`cuda::Fatbin`], and two
+//! typed launchers:
+//!
+//! - `launch(stream, inputs…, outputs…, dims)` runs the plan on a GPU through [`cuda::Args`];
+//! - `run_host(inputs…, outputs…, dims)` runs the same plan on the CPU through [`host::Args`],
+//!   calling the generated CUDA source compiled for the host-emulation header.
+//!
+//! Both executors read the same plan, so the host emulation tests exactly the grid, workspace
+//! and argument logic the GPU runs. Both validate every extent and buffer length before
+//! launching anything and report problems as [`Error`]s, never panics.
+//!
+//! This crate chooses none of cudarc's CUDA-version or linking features: the application does
+//! (or enables `cuda-version-fallback`). At run time it needs only `libcuda`, and without it
+//! every GPU entry point returns [`Error::NoDriver`].
+
+mod element;
+mod error;
+pub mod plan;
+
+pub mod cuda;
+pub mod host;
+
+pub use element::Element;
+pub use error::Error;
+pub use plan::{
+    check_extent, check_len, extents, Axis, DType, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product,
+    TensorSpec, WorkspaceSpec,
+};
+
+pub use cudarc;
+pub use half::{bf16, f16};

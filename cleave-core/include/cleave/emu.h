@@ -1,0 +1,877 @@
+// CPU emulation of the CUDA subset that Cleave's generated kernels use.
+//
+// The same kernel source that nvcc compiles for the GPU compiles here as plain C++17, so a
+// kernel's results can be checked on a machine without a GPU. `cleave/tile.cuh` includes this
+// header when it is not compiled by nvcc (or when CLEAVE_EMULATE is defined).
+//
+// Semantics
+// ---------
+// * Launch. `cleave::emu::launch(L, body)` runs `body()` once for every thread of every block of
+//   the grid described by `L`. Blocks run in an order shuffled by `L->seed` (splitmix64 +
+//   Fisher-Yates) on worker OS threads (env CLEAVE_EMU_THREADS, default: the number of online
+//   CPUs); each worker runs one block at a time. Blocks must not communicate, so results
+//   are identical for any seed and any number of workers. The return value is 0, or non-zero
+//   after a NUL-terminated message naming the block and thread has been written to `L->err`.
+// * Threads. Each CUDA thread is a fiber with its own stack (env CLEAVE_EMU_STACK bytes, with an
+//   optional K or M suffix, default 64K; a guard page below it turns an overflow into a
+//   crash). A block's fibers run round-robin on one OS thread; a fiber runs until it blocks at
+//   a barrier or a warp collective, or returns. `threadIdx`, `blockIdx`, `blockDim`, `gridDim`
+//   and `cleave::dynamic_smem()` resolve to the running fiber and block.
+// * `__syncthreads()` is a barrier for the whole block; threads that have returned count as
+//   arrived.
+// * Warp collectives (`mma_*`, `ldmatrix_*`, `__shfl_*`, `quad_*`, `warp_*`) block until all 32
+//   lanes of the warp arrive at the same collective, then compute what the hardware computes
+//   and release the lanes. They need a full warp (the block size must be a multiple of 32),
+//   and the shuffles emulate only the full mask 0xffffffff.
+// * `mma` multiplies the exact f16/bf16 inputs, adds them and C in double precision and rounds
+//   once to f32. The tensor cores' internal accumulation order is unspecified, so a GPU result
+//   may differ from the emulator's in the last few bits. `quad_*` and `warp_*` replay the
+//   device's xor butterflies, so they match bit for bit; `fast_exp2` is `exp2f`, within about
+//   2 ulp of the device's `ex2.approx`.
+// * `cp_async_16` is deferred as on hardware: the copy joins the calling thread's open group,
+//   `cp_async_commit()` closes the group, and `cp_async_wait<N>()` performs every copy except
+//   those of the N most recently committed groups (and of the open group). A kernel that reads
+//   shared memory before waiting therefore sees the old contents. Copies still pending when a
+//   thread returns are performed then. Bytes past `src_bytes` are zero-filled, and
+//   `src_bytes == 0` never reads global memory.
+// * Dynamic shared memory is a per-block buffer of `L->smem_bytes` bytes, 128-byte aligned and
+//   filled with 0xA5 at the start of every block, so a kernel that reads shared memory it never
+//   wrote produces visibly wrong results.
+// * Emulation errors: a lane that returns while warp-mates wait at a collective, a lane that
+//   reaches a collective after a warp-mate returned, lanes of one warp at different
+//   collectives, a partial warp or a non-full shuffle mask at a collective, a `cp_async_16` or
+//   `ldmatrix` address outside the shared buffer or not 16-byte aligned, an unaligned
+//   `cp_async_16` source or `st_global_16` / `ld_global_16` operand, and a deadlock (no
+//   runnable thread while some are blocked). Each one abandons the block (objects on its
+//   fibers' stacks are not destroyed) and fails the launch.
+// * Kernels must not throw: an exception cannot unwind across a fiber's stack boundary.
+// * The fiber switches are annotated for AddressSanitizer, so a kernel compiled with
+//   -fsanitize=address gets its out-of-bounds global accesses reported at the kernel's line.
+#pragma once
+
+#include <math.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "emu_context.h"
+#include "emu_numeric.h"
+
+extern "C" {
+// The launch description shared with the Rust runtime. Keep the layout in sync with it.
+typedef struct cleave_emu_launch {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t smem_bytes;
+  uint64_t seed;
+  char* err;      // on failure, a NUL-terminated message is written here
+  size_t err_len;
+} cleave_emu_launch;
+}
+
+// The emulator's functions and variables stay inside the shared object that includes them:
+// libraries of kernels built at different times can then be loaded side by side (and unloaded)
+// without binding to each other's copies. Types are left visible, since GCC would otherwise
+// hide every function whose signature mentions them, including the kernels' `extern "C"` entry
+// points.
+#pragma GCC visibility push(hidden)
+
+// CUDA declaration keywords have no meaning on the CPU. `__restrict__` is already a GCC and
+// Clang keyword.
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+// CUDA's device math library has rsqrtf; the C library does not.
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+namespace cleave {
+namespace emu {
+namespace detail {
+
+// Which warp collective a lane is waiting at; lanes of one warp must all reach the same one.
+enum class Op : uint8_t {
+  None,
+  MmaF16,
+  MmaBf16,
+  LdsmX4,
+  LdsmX4Trans,
+  LdsmX2,
+  LdsmX2Trans,
+  ShflXor,
+  ShflIdx,
+  QuadMax,
+  QuadSum,
+  WarpMax,
+  WarpSum,
+};
+
+inline const char* op_name(Op op) {
+  switch (op) {
+    case Op::None: return "nothing";
+    case Op::MmaF16: return "mma_m16n8k16";
+    case Op::MmaBf16: return "mma_m16n8k16_bf16";
+    case Op::LdsmX4: return "ldmatrix_x4";
+    case Op::LdsmX4Trans: return "ldmatrix_x4_trans";
+    case Op::LdsmX2: return "ldmatrix_x2";
+    case Op::LdsmX2Trans: return "ldmatrix_x2_trans";
+    case Op::ShflXor: return "__shfl_xor_sync";
+    case Op::ShflIdx: return "__shfl_sync";
+    case Op::QuadMax: return "quad_max";
+    case Op::QuadSum: return "quad_sum";
+    case Op::WarpMax: return "warp_max";
+    case Op::WarpSum: return "warp_sum";
+  }
+  return "?";
+}
+
+enum class Wait : uint8_t { Ready, Barrier, Collective, Exited };
+
+// A bounded error message built by printf-style appends; long messages are cut, never
+// reallocated.
+struct Message {
+  char text[1024];
+  size_t len;
+
+  void clear() {
+    len = 0;
+    text[0] = '\0';
+  }
+  __attribute__((format(printf, 2, 0))) void vadd(const char* fmt, va_list ap) {
+    int n = vsnprintf(text + len, sizeof text - len, fmt, ap);
+    if (n > 0) len = len + size_t(n) < sizeof text ? len + size_t(n) : sizeof text - 1;
+  }
+  __attribute__((format(printf, 2, 3))) void add(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vadd(fmt, ap);
+    va_end(ap);
+  }
+};
+
+// One deferred cp.async: performed when the thread waits for `group` (or returns).
+struct CpCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  uint32_t bytes;
+  uint64_t group;
+};
+
+struct Fiber {
+  Context ctx;
+  Stack stack;
+  uint3 tid;
+  uint32_t index, lane, warp;
+  Wait wait;
+  // Pending copies in issue order (so in group order); those before cp_head are done.
+  std::vector<CpCopy> cp;
+  size_t cp_head;
+  // Groups committed so far; the open group's id is this count.
+  uint64_t cp_committed;
+};
+
+// The rendezvous of one warp's lanes at a collective: each arriving lane leaves its operands
+// here, and the last one computes everybody's results.
+struct WarpState {
+  Op op;
+  uint32_t arrived, exited, lanes;
+  const void* in0[32];
+  const void* in1[32];
+  const void* in2[32];
+  void* out[32];
+  uint32_t val[32], arg[32], res[32];
+};
+
+// Everything one OS worker thread needs to run blocks; `tl_worker` points at it while it runs.
+struct Worker {
+  std::vector<Fiber> fibers;
+  std::vector<WarpState> warps;
+  // Ring buffer of runnable fibers, in the order they became runnable.
+  std::vector<uint32_t> ready;
+  uint32_t ready_head, ready_len;
+  Context main;
+  Fiber* cur;
+  uint32_t nthreads, exited, at_barrier;
+  std::vector<unsigned char> smem_storage;
+  unsigned char* smem;
+  size_t smem_bytes;
+  uint3 block_idx;
+  dim3 block_dim, grid_dim;
+  EntryFn body;
+  void* body_ctx;
+  bool failed;
+  Message error;
+  uint64_t switches;
+};
+
+inline thread_local Worker* tl_worker = nullptr;
+
+inline std::atomic<uint64_t>& switch_total() {
+  static std::atomic<uint64_t> total{0};
+  return total;
+}
+
+// Records an emulation error against thread `who` and abandons the block: control goes back to
+// the worker, and no fiber of this block ever resumes.
+[[noreturn]] inline void fail_at(Worker& w, const Fiber& who, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+inline void fail_at(Worker& w, const Fiber& who, const char* fmt, ...) {
+  w.failed = true;
+  w.error.clear();
+  w.error.add("cleave emu: block (%u,%u,%u) thread (%u,%u,%u): ", w.block_idx.x, w.block_idx.y,
+              w.block_idx.z, who.tid.x, who.tid.y, who.tid.z);
+  va_list ap;
+  va_start(ap, fmt);
+  w.error.vadd(fmt, ap);
+  va_end(ap);
+  ctx_jump(w.cur->ctx, w.main, true);
+  std::abort();
+}
+
+// Explains a deadlock: which threads wait at the barrier and, per warp, which collective is
+// incomplete and which lane is missing from it.
+[[noreturn]] inline void deadlock(Worker& w) {
+  Message& msg = w.error;
+  msg.clear();
+  msg.add("cleave emu: deadlock in block (%u,%u,%u): no thread can run;", w.block_idx.x,
+          w.block_idx.y, w.block_idx.z);
+  if (w.at_barrier) {
+    for (const Fiber& f : w.fibers) {
+      if (f.wait == Wait::Barrier) {
+        msg.add(" %u threads wait at __syncthreads (first: thread (%u,%u,%u));", w.at_barrier,
+                f.tid.x, f.tid.y, f.tid.z);
+        break;
+      }
+    }
+  }
+  for (size_t wi = 0; wi < w.warps.size(); ++wi) {
+    const WarpState& ws = w.warps[wi];
+    if (!ws.arrived) continue;
+    msg.add(" warp %zu: %u of 32 lanes wait at %s", wi, ws.arrived, op_name(ws.op));
+    for (uint32_t l = 0; l < ws.lanes; ++l) {
+      const Fiber& f = w.fibers[wi * 32 + l];
+      if (f.wait != Wait::Collective) {
+        msg.add(", but thread (%u,%u,%u) %s", f.tid.x, f.tid.y, f.tid.z,
+                f.wait == Wait::Barrier ? "waits at __syncthreads" : "has exited");
+        break;
+      }
+    }
+    msg.add(";");
+  }
+  w.failed = true;
+  ctx_jump(w.cur->ctx, w.main, true);
+  std::abort();
+}
+
+inline void push_ready(Worker& w, uint32_t i) {
+  uint32_t slot = w.ready_head + w.ready_len++;
+  w.ready[slot >= w.nthreads ? slot - w.nthreads : slot] = i;
+}
+
+inline uint32_t pop_ready(Worker& w) {
+  uint32_t i = w.ready[w.ready_head];
+  if (++w.ready_head == w.nthreads) w.ready_head = 0;
+  --w.ready_len;
+  return i;
+}
+
+// Blocks the running fiber (its `wait` is already set) and switches straight to the next
+// runnable one; returns when something has made this fiber runnable again and it is its turn.
+// `done` marks a fiber that has returned and is left for good.
+inline void suspend(Worker& w, bool done = false) {
+  if (w.ready_len == 0) deadlock(w);
+  Fiber& from = *w.cur;
+  Fiber& to = w.fibers[pop_ready(w)];
+  w.cur = &to;
+  ++w.switches;
+  ctx_jump(from.ctx, to.ctx, done);
+}
+
+inline void release_barrier(Worker& w) {
+  for (Fiber& f : w.fibers) {
+    if (f.wait == Wait::Barrier) {
+      f.wait = Wait::Ready;
+      push_ready(w, f.index);
+    }
+  }
+  w.at_barrier = 0;
+}
+
+inline void perform_copy(const CpCopy& c) {
+  if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+  std::memset(c.dst + c.bytes, 0, 16 - c.bytes);
+}
+
+// Performs, in issue order, the pending copies of every group older than the `keep` most
+// recently committed ones.
+inline void cp_drain(Fiber& f, uint64_t keep) {
+  while (f.cp_head < f.cp.size() && f.cp[f.cp_head].group + keep < f.cp_committed) {
+    perform_copy(f.cp[f.cp_head++]);
+  }
+  if (f.cp_head == f.cp.size()) {
+    f.cp.clear();
+    f.cp_head = 0;
+  }
+}
+
+inline void thread_exit(Worker& w) {
+  Fiber& f = *w.cur;
+  for (size_t i = f.cp_head; i < f.cp.size(); ++i) perform_copy(f.cp[i]);
+  f.wait = Wait::Exited;
+  ++w.exited;
+  WarpState& ws = w.warps[f.warp];
+  ++ws.exited;
+  if (ws.arrived) {
+    fail_at(w, f, "thread exited while %u lanes of its warp wait at %s", ws.arrived,
+            op_name(ws.op));
+  }
+  if (w.at_barrier && w.at_barrier + w.exited == w.nthreads) release_barrier(w);
+  if (w.exited == w.nthreads) ctx_jump(f.ctx, w.main, true);
+  suspend(w, true);
+  std::abort();  // an exited fiber is never made runnable again
+}
+
+inline void fiber_entry(void* p) {
+  ctx_started();
+  Worker& w = *static_cast<Worker*>(p);
+  w.body(w.body_ctx);
+  thread_exit(w);
+}
+
+inline void check_smem(Worker& w, const Fiber& who, const void* p, const char* what) {
+  auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(w.smem);
+  if (a < lo || a + 16 > lo + w.smem_bytes) {
+    fail_at(w, who, "%s %p is outside the block's %zu bytes of shared memory at %p", what, p,
+            w.smem_bytes, static_cast<void*>(w.smem));
+  }
+  if (a % 16) fail_at(w, who, "%s %p is not 16-byte aligned", what, p);
+}
+
+template <float (*Cvt)(uint16_t)>
+inline void compute_mma(WarpState& ws) {
+  float A[16][16], B[16][8], C[16][8];
+  for (uint32_t l = 0; l < 32; ++l) {
+    uint32_t g = l >> 2, t2 = (l & 3) * 2;
+    const uint32_t* a = static_cast<const uint32_t*>(ws.in0[l]);
+    const uint32_t* b = static_cast<const uint32_t*>(ws.in1[l]);
+    const float* c = static_cast<const float*>(ws.in2[l]);
+    // A register holds (low half, high half) = (column 2t, column 2t+1) of one row.
+    const uint32_t arow[4] = {g, g + 8, g, g + 8}, acol[4] = {t2, t2, t2 + 8, t2 + 8};
+    for (int r = 0; r < 4; ++r) {
+      A[arow[r]][acol[r]] = Cvt(uint16_t(a[r]));
+      A[arow[r]][acol[r] + 1] = Cvt(uint16_t(a[r] >> 16));
+    }
+    // B registers hold (low, high) = (k 2t, k 2t+1) and (k 2t+8, k 2t+9) of column g.
+    B[t2][g] = Cvt(uint16_t(b[0]));
+    B[t2 + 1][g] = Cvt(uint16_t(b[0] >> 16));
+    B[t2 + 8][g] = Cvt(uint16_t(b[1]));
+    B[t2 + 9][g] = Cvt(uint16_t(b[1] >> 16));
+    C[g][t2] = c[0];
+    C[g][t2 + 1] = c[1];
+    C[g + 8][t2] = c[2];
+    C[g + 8][t2 + 1] = c[3];
+  }
+  // Every input is read before any output is written: d may alias c. Products of two 16-bit
+  // floats are exact in double, and each sum runs in a fixed order (C first, then k = 0..15),
+  // so the result does not depend on the host's vector width or on FMA contraction. The loop
+  // nest keeps 8 independent sums in flight instead of one long dependency chain.
+  double Bd[16][8];
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < 8; ++j) Bd[k][j] = B[k][j];
+  float D[16][8];
+  for (int i = 0; i < 16; ++i) {
+    double acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = C[i][j];
+    for (int k = 0; k < 16; ++k) {
+      double a = A[i][k];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) acc[j] += a * Bd[k][j];
+    }
+    for (int j = 0; j < 8; ++j) D[i][j] = float(acc[j]);
+  }
+  for (uint32_t l = 0; l < 32; ++l) {
+    uint32_t g = l >> 2, t2 = (l & 3) * 2;
+    float* d = static_cast<float*>(ws.out[l]);
+    d[0] = D[g][t2];
+    d[1] = D[g][t2 + 1];
+    d[2] = D[g + 8][t2];
+    d[3] = D[g + 8][t2 + 1];
+  }
+}
+
+inline void compute_ldmatrix(Worker& w, uint32_t warp, WarpState& ws, int nmat, bool trans) {
+  uint16_t m[4][8][8];
+  for (int i = 0; i < nmat; ++i) {
+    for (int r = 0; r < 8; ++r) {
+      uint32_t lane = uint32_t(8 * i + r);
+      check_smem(w, w.fibers[warp * 32 + lane], ws.in0[lane], "ldmatrix row address");
+      std::memcpy(m[i][r], ws.in0[lane], 16);
+    }
+  }
+  for (uint32_t l = 0; l < 32; ++l) {
+    uint32_t g = l >> 2, t2 = (l & 3) * 2;
+    uint32_t* out = static_cast<uint32_t*>(ws.out[l]);
+    for (int i = 0; i < nmat; ++i) {
+      uint16_t lo = trans ? m[i][t2][g] : m[i][g][t2];
+      uint16_t hi = trans ? m[i][t2 + 1][g] : m[i][g][t2 + 1];
+      out[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+  }
+}
+
+// Replays the xor-butterfly that the device code runs (`v = op(v, shfl_xor(v, s))` for each
+// step s in order), so results match the GPU bit for bit.
+template <int NSteps>
+inline void compute_butterfly(WarpState& ws, const int (&steps)[NSteps], bool is_max) {
+  float v[32], nv[32];
+  for (int l = 0; l < 32; ++l) v[l] = bits_f32(ws.val[l]);
+  for (int s : steps) {
+    for (int l = 0; l < 32; ++l) nv[l] = is_max ? fmaxf(v[l], v[l ^ s]) : v[l] + v[l ^ s];
+    std::memcpy(v, nv, sizeof v);
+  }
+  for (int l = 0; l < 32; ++l) ws.res[l] = f32_bits(v[l]);
+}
+
+inline void compute(Worker& w, uint32_t warp, WarpState& ws) {
+  static constexpr int kQuad[2] = {1, 2};
+  static constexpr int kWarp[5] = {16, 8, 4, 2, 1};
+  switch (ws.op) {
+    case Op::MmaF16: compute_mma<f16_bits_to_f32>(ws); break;
+    case Op::MmaBf16: compute_mma<bf16_bits_to_f32>(ws); break;
+    case Op::LdsmX4: compute_ldmatrix(w, warp, ws, 4, false); break;
+    case Op::LdsmX4Trans: compute_ldmatrix(w, warp, ws, 4, true); break;
+    case Op::LdsmX2: compute_ldmatrix(w, warp, ws, 2, false); break;
+    case Op::LdsmX2Trans: compute_ldmatrix(w, warp, ws, 2, true); break;
+    // shfl.sync uses the low five bits of the lane operand, so for a whole warp every index
+    // is in range.
+    case Op::ShflXor:
+      for (uint32_t l = 0; l < 32; ++l) ws.res[l] = ws.val[l ^ (ws.arg[l] & 31)];
+      break;
+    case Op::ShflIdx:
+      for (uint32_t l = 0; l < 32; ++l) ws.res[l] = ws.val[ws.arg[l] & 31];
+      break;
+    case Op::QuadMax: compute_butterfly(ws, kQuad, true); break;
+    case Op::QuadSum: compute_butterfly(ws, kQuad, false); break;
+    case Op::WarpMax: compute_butterfly(ws, kWarp, true); break;
+    case Op::WarpSum: compute_butterfly(ws, kWarp, false); break;
+    case Op::None: break;
+  }
+}
+
+// Arrives at a warp collective with this lane's operands; returns once the collective has
+// completed for the whole warp. The result of a 32-bit collective is in res[lane].
+inline WarpState& collective(Op op, const void* in0, const void* in1, const void* in2, void* out,
+                             uint32_t val = 0, uint32_t arg = 0) {
+  Worker& w = *tl_worker;
+  Fiber& f = *w.cur;
+  WarpState& ws = w.warps[f.warp];
+  if (ws.lanes != 32) {
+    fail_at(w, f,
+            "%s needs a full warp, but this warp has %u threads (make the block size a "
+            "multiple of 32)",
+            op_name(op), ws.lanes);
+  }
+  if (ws.exited) {
+    fail_at(w, f, "reached %s after %u lanes of its warp exited", op_name(op), ws.exited);
+  }
+  if (ws.arrived == 0) {
+    ws.op = op;
+  } else if (ws.op != op) {
+    fail_at(w, f, "reached %s while %u lanes of its warp wait at %s (mismatched warp collectives)",
+            op_name(op), ws.arrived, op_name(ws.op));
+  }
+  uint32_t l = f.lane;
+  ws.in0[l] = in0;
+  ws.in1[l] = in1;
+  ws.in2[l] = in2;
+  ws.out[l] = out;
+  ws.val[l] = val;
+  ws.arg[l] = arg;
+  if (++ws.arrived < 32) {
+    f.wait = Wait::Collective;
+    suspend(w);
+    return ws;
+  }
+  compute(w, f.warp, ws);
+  ws.arrived = 0;
+  ws.op = Op::None;
+  for (uint32_t i = f.warp * 32, end = i + 32; i < end; ++i) {
+    if (i != f.index) {
+      w.fibers[i].wait = Wait::Ready;
+      push_ready(w, i);
+    }
+  }
+  return ws;
+}
+
+inline uint32_t shuffle(Op op, unsigned mask, uint32_t v, int arg) {
+  if (mask != 0xffffffffu) {
+    Worker& w = *tl_worker;
+    fail_at(w, *w.cur, "%s with mask 0x%08x: the emulator supports only the full mask",
+            op_name(op), mask);
+  }
+  Fiber& f = *tl_worker->cur;
+  return collective(op, nullptr, nullptr, nullptr, nullptr, v, uint32_t(arg)).res[f.lane];
+}
+
+inline float reduce(Op op, float v) {
+  Fiber& f = *tl_worker->cur;
+  return bits_f32(collective(op, nullptr, nullptr, nullptr, nullptr, f32_bits(v)).res[f.lane]);
+}
+
+inline void syncthreads() {
+  Worker& w = *tl_worker;
+  if (w.at_barrier + 1 + w.exited == w.nthreads) {
+    release_barrier(w);
+    return;
+  }
+  ++w.at_barrier;
+  w.cur->wait = Wait::Barrier;
+  suspend(w);
+}
+
+inline void cp_async(void* dst, const void* src, int src_bytes) {
+  Worker& w = *tl_worker;
+  Fiber& f = *w.cur;
+  if (src_bytes < 0 || src_bytes > 16) {
+    fail_at(w, f, "cp_async_16 with src_bytes %d (must be 0..16)", src_bytes);
+  }
+  check_smem(w, f, dst, "cp_async_16 destination");
+  if (src_bytes && reinterpret_cast<uintptr_t>(src) % 16) {
+    fail_at(w, f, "cp_async_16 source %p is not 16-byte aligned", src);
+  }
+  f.cp.push_back(CpCopy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
+                        uint32_t(src_bytes), f.cp_committed});
+}
+
+inline void check_aligned(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) {
+    Worker& w = *tl_worker;
+    fail_at(w, *w.cur, "%s %p is not 16-byte aligned", what, p);
+  }
+}
+
+inline const uint3& thread_idx() { return tl_worker->cur->tid; }
+inline const uint3& block_idx() { return tl_worker->block_idx; }
+inline const dim3& block_dim() { return tl_worker->block_dim; }
+inline const dim3& grid_dim() { return tl_worker->grid_dim; }
+
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Reads a positive size from the environment, accepting a K or M suffix; anything else
+// (unset, empty, zero, garbage) gives `fallback`.
+inline size_t env_size(const char* name, size_t fallback) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (*end == 'k' || *end == 'K') {
+    v <<= 10;
+    ++end;
+  } else if (*end == 'm' || *end == 'M') {
+    v <<= 20;
+    ++end;
+  }
+  return (v == 0 || *end) ? fallback : size_t(v);
+}
+
+struct LaunchState {
+  const cleave_emu_launch* L;
+  EntryFn body;
+  void* body_ctx;
+  std::vector<uint32_t> order;
+  size_t stack_bytes;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> stop{false};
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  bool failed = false;
+  uint64_t failed_pos = 0;
+  Message error;
+};
+
+inline void record_error(LaunchState& s, uint64_t pos, const Message& msg) {
+  Lock lock(s.mu);
+  // Of several failing blocks, report the one earliest in the launch order, so that a
+  // single-worker run and a parallel one usually name the same block.
+  if (!s.failed || pos < s.failed_pos) {
+    s.failed = true;
+    s.failed_pos = pos;
+    s.error = msg;
+  }
+  s.stop = true;
+}
+
+inline void run_block(Worker& w, uint32_t linear) {
+  uint32_t gx = w.grid_dim.x, gy = w.grid_dim.y;
+  w.block_idx = uint3{linear % gx, (linear / gx) % gy, linear / (gx * gy)};
+  std::memset(w.smem, 0xA5, w.smem_bytes);
+  for (Fiber& f : w.fibers) {
+    f.wait = Wait::Ready;
+    f.cp.clear();
+    f.cp_head = 0;
+    f.cp_committed = 0;
+    ctx_init(f.ctx, f.stack.lo, f.stack.size, &fiber_entry, &w);
+  }
+  for (WarpState& ws : w.warps) {
+    ws.op = Op::None;
+    ws.arrived = 0;
+    ws.exited = 0;
+  }
+  for (uint32_t i = 0; i < w.nthreads; ++i) w.ready[i] = i;
+  w.ready_head = 0;
+  w.ready_len = w.nthreads;
+  w.exited = 0;
+  w.at_barrier = 0;
+  w.cur = &w.fibers[pop_ready(w)];
+  ++w.switches;
+  ctx_jump(w.main, w.cur->ctx);
+}
+
+inline void worker_main(LaunchState& s) {
+  const cleave_emu_launch& L = *s.L;
+  Worker w;
+  w.nthreads = L.block[0] * L.block[1] * L.block[2];
+  w.block_dim = dim3{L.block[0], L.block[1], L.block[2]};
+  w.grid_dim = dim3{L.grid[0], L.grid[1], L.grid[2]};
+  w.body = s.body;
+  w.body_ctx = s.body_ctx;
+  w.failed = false;
+  w.switches = 0;
+  w.smem_bytes = L.smem_bytes;
+  w.smem_storage.resize(w.smem_bytes + 128);
+  w.smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(w.smem_storage.data()) + 127) & ~uintptr_t(127));
+  w.ready.resize(w.nthreads);
+  w.fibers.resize(w.nthreads);
+  bool stacks_ok = true;
+  for (uint32_t i = 0; i < w.nthreads; ++i) {
+    Fiber& f = w.fibers[i];
+    f.index = i;
+    f.tid = uint3{i % L.block[0], (i / L.block[0]) % L.block[1], i / (L.block[0] * L.block[1])};
+    f.lane = i % 32;
+    f.warp = i / 32;
+    f.stack = stack_pool().get(s.stack_bytes);
+    stacks_ok = stacks_ok && f.stack.lo;
+  }
+  w.warps.resize((w.nthreads + 31) / 32);
+  for (size_t i = 0; i < w.warps.size(); ++i) {
+    size_t left = w.nthreads - 32 * i;
+    w.warps[i].lanes = uint32_t(left < 32 ? left : 32);
+  }
+  ctx_init_current(w.main);
+  tl_worker = &w;
+  if (!stacks_ok) {
+    w.error.clear();
+    w.error.add("cleave emu: cannot map %u fiber stacks of %zu bytes", w.nthreads, s.stack_bytes);
+    record_error(s, 0, w.error);
+  }
+  while (stacks_ok && !s.stop.load(std::memory_order_relaxed)) {
+    uint64_t pos = s.next.fetch_add(1);
+    if (pos >= s.order.size()) break;
+    run_block(w, s.order[pos]);
+    if (w.failed) {
+      record_error(s, pos, w.error);
+      break;
+    }
+  }
+  tl_worker = nullptr;
+  for (Fiber& f : w.fibers) {
+    if (f.stack.lo) stack_pool().put(f.stack);
+  }
+  switch_total() += w.switches;
+}
+
+inline void* worker_thread(void* state) {
+  worker_main(*static_cast<LaunchState*>(state));
+  return nullptr;
+}
+
+inline int launch_impl(const cleave_emu_launch* L, EntryFn body, void* body_ctx) {
+  LaunchState s;
+  s.L = L;
+  s.body = body;
+  s.body_ctx = body_ctx;
+  s.error.clear();
+  uint64_t nblocks = uint64_t(L->grid[0]) * L->grid[1] * L->grid[2];
+  uint64_t nthreads = uint64_t(L->block[0]) * L->block[1] * L->block[2];
+  if (nblocks == 0 || nblocks > UINT32_MAX || nthreads == 0 || nthreads > 1024) {
+    s.failed = true;
+    s.error.add("cleave emu: invalid launch: grid (%u,%u,%u), block (%u,%u,%u); the grid must be "
+                "non-empty and blocks must have 1..1024 threads",
+                L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2]);
+  } else {
+    s.order.resize(nblocks);
+    for (uint32_t i = 0; i < nblocks; ++i) s.order[i] = i;
+    uint64_t rng = L->seed;
+    for (uint64_t i = nblocks - 1; i > 0; --i) {
+      uint64_t j = splitmix64(rng) % (i + 1);
+      uint32_t t = s.order[i];
+      s.order[i] = s.order[j];
+      s.order[j] = t;
+    }
+    size_t page = size_t(sysconf(_SC_PAGESIZE));
+    size_t stack = env_size("CLEAVE_EMU_STACK", 64 << 10);
+    if (stack < (16 << 10)) stack = 16 << 10;
+    s.stack_bytes = (stack + page - 1) / page * page;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t workers = env_size("CLEAVE_EMU_THREADS", cpus > 0 ? size_t(cpus) : 1);
+    if (workers > nblocks) workers = nblocks;
+    // The calling thread is one of the workers; if a thread cannot be created, the others
+    // simply take on its blocks.
+    std::vector<pthread_t> threads;
+    for (uint64_t i = 1; i < workers; ++i) {
+      pthread_t t;
+      if (pthread_create(&t, nullptr, &worker_thread, &s) == 0) threads.push_back(t);
+    }
+    worker_main(s);
+    for (pthread_t t : threads) pthread_join(t, nullptr);
+  }
+  if (!s.failed) return 0;
+  if (L->err && L->err_len) {
+    size_t n = s.error.len < L->err_len ? s.error.len : L->err_len - 1;
+    std::memcpy(L->err, s.error.text, n);
+    L->err[n] = '\0';
+  }
+  return 1;
+}
+
+template <class F>
+void call_body(void* f) {
+  (*static_cast<F*>(f))();
+}
+
+}  // namespace detail
+
+// Runs `body()` as every thread of every block of the launch `L` (see the top of this file).
+template <class F>
+int launch(const cleave_emu_launch* L, F&& body) {
+  using Fn = std::remove_reference_t<F>;
+  return detail::launch_impl(L, &detail::call_body<Fn>,
+                             const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+// Fiber switches performed by all launches of this process so far (for speed measurements).
+inline uint64_t switch_count() { return detail::switch_total().load(); }
+
+}  // namespace emu
+}  // namespace cleave
+
+// CUDA's built-in variables, as expressions that resolve to the running fiber and block.
+#define threadIdx (::cleave::emu::detail::thread_idx())
+#define blockIdx (::cleave::emu::detail::block_idx())
+#define blockDim (::cleave::emu::detail::block_dim())
+#define gridDim (::cleave::emu::detail::grid_dim())
+
+inline void __syncthreads() { ::cleave::emu::detail::syncthreads(); }
+
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  using namespace ::cleave::emu::detail;
+  return bits_f32(shuffle(Op::ShflXor, mask, f32_bits(v), lane_mask));
+}
+inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask) {
+  using namespace ::cleave::emu::detail;
+  return shuffle(Op::ShflXor, mask, v, lane_mask);
+}
+// Without this overload an int argument would be ambiguous between the float and unsigned ones.
+inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+  using namespace ::cleave::emu::detail;
+  return int(shuffle(Op::ShflXor, mask, uint32_t(v), lane_mask));
+}
+inline float __shfl_sync(unsigned mask, float v, int src_lane) {
+  using namespace ::cleave::emu::detail;
+  return bits_f32(shuffle(Op::ShflIdx, mask, f32_bits(v), src_lane));
+}
+inline unsigned __shfl_sync(unsigned mask, unsigned v, int src_lane) {
+  using namespace ::cleave::emu::detail;
+  return shuffle(Op::ShflIdx, mask, v, src_lane);
+}
+inline int __shfl_sync(unsigned mask, int v, int src_lane) {
+  using namespace ::cleave::emu::detail;
+  return int(shuffle(Op::ShflIdx, mask, uint32_t(v), src_lane));
+}
+
+namespace cleave {
+
+inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  emu::detail::collective(emu::detail::Op::MmaF16, a, b, c, d);
+}
+inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                              const float c[4]) {
+  emu::detail::collective(emu::detail::Op::MmaBf16, a, b, c, d);
+}
+
+inline void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
+  emu::detail::collective(emu::detail::Op::LdsmX4, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
+  emu::detail::collective(emu::detail::Op::LdsmX4Trans, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
+  emu::detail::collective(emu::detail::Op::LdsmX2, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row) {
+  emu::detail::collective(emu::detail::Op::LdsmX2Trans, smem_row, nullptr, nullptr, r);
+}
+
+inline void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  emu::detail::cp_async(smem_dst, gmem_src, src_bytes);
+}
+inline void cp_async_commit() { ++emu::detail::tl_worker->cur->cp_committed; }
+template <int N>
+inline void cp_async_wait() {
+  static_assert(N >= 0, "cp_async_wait<N> needs N >= 0");
+  emu::detail::cp_drain(*emu::detail::tl_worker->cur, uint64_t(N));
+}
+
+inline float quad_max(float v) { return emu::detail::reduce(emu::detail::Op::QuadMax, v); }
+inline float quad_sum(float v) { return emu::detail::reduce(emu::detail::Op::QuadSum, v); }
+inline float warp_max(float v) { return emu::detail::reduce(emu::detail::Op::WarpMax, v); }
+inline float warp_sum(float v) { return emu::detail::reduce(emu::detail::Op::WarpSum, v); }
+
+inline float fast_exp2(float x) { return exp2f(x); }
+
+inline uint32_t pack_half2(float lo, float hi) {
+  return uint32_t(from_float<half>(lo).bits) | (uint32_t(from_float<half>(hi).bits) << 16);
+}
+inline uint32_t pack_bf162(float lo, float hi) {
+  return uint32_t(from_float<bf16>(lo).bits) | (uint32_t(from_float<bf16>(hi).bits) << 16);
+}
+inline float2 unpack_half2(uint32_t v) {
+  return float2{emu::detail::f16_bits_to_f32(uint16_t(v)),
+                emu::detail::f16_bits_to_f32(uint16_t(v >> 16))};
+}
+inline float2 unpack_bf162(uint32_t v) {
+  return float2{emu::detail::bf16_bits_to_f32(uint16_t(v)),
+                emu::detail::bf16_bits_to_f32(uint16_t(v >> 16))};
+}
+
+// The device's 16-byte vector accesses fault on misaligned addresses; here that is an error.
+inline void st_global_16(void* gmem, const void* src16) {
+  emu::detail::check_aligned(gmem, "st_global_16 destination");
+  emu::detail::check_aligned(src16, "st_global_16 source");
+  std::memcpy(gmem, src16, 16);
+}
+inline void ld_global_16(void* dst16, const void* gmem) {
+  emu::detail::check_aligned(dst16, "ld_global_16 destination");
+  emu::detail::check_aligned(gmem, "ld_global_16 source");
+  std::memcpy(dst16, gmem, 16);
+}
+
+inline unsigned char* dynamic_smem() { return emu::detail::tl_worker->smem; }
+
+}  // namespace cleave
+
+#pragma GCC visibility pop

@@ -1,0 +1,217 @@
+// Tile primitives called by Cleave's generated kernels.
+//
+// Compiled by nvcc (and CLEAVE_EMULATE not defined) this is the device implementation, mostly
+// inline PTX for sm_80 and newer. Anywhere else it is the CPU emulation in `cleave/emu.h`, so
+// one generated source serves both targets. `README.md` beside this file documents every
+// primitive and its fragment layout.
+#pragma once
+
+#if defined(__CUDACC__) && !defined(CLEAVE_EMULATE)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace cleave {
+
+using half = __half;
+using bf16 = __nv_bfloat16;
+
+__host__ __device__ __forceinline__ float to_float(half h) { return __half2float(h); }
+__host__ __device__ __forceinline__ float to_float(bf16 b) { return __bfloat162float(b); }
+__host__ __device__ __forceinline__ float to_float(float f) { return f; }
+
+template <class T>
+__host__ __device__ T from_float(float f);
+template <>
+__host__ __device__ __forceinline__ float from_float<float>(float f) {
+  return f;
+}
+template <>
+__host__ __device__ __forceinline__ half from_float<half>(float f) {
+  return __float2half_rn(f);
+}
+template <>
+__host__ __device__ __forceinline__ bf16 from_float<bf16>(float f) {
+  return __float2bfloat16_rn(f);
+}
+
+namespace detail {
+// The 32-bit shared-window address that ldmatrix and cp.async take.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// The .global address that the .global forms of ld, st and cp.async take (the same bits as the
+// generic pointer on current GPUs, but that is not promised).
+__device__ __forceinline__ size_t gmem_addr(const void* p) { return __cvta_generic_to_global(p); }
+}  // namespace detail
+
+// Warp-synchronous instructions are `asm volatile` so that the compiler never moves them into
+// a branch that only part of the warp takes.
+__device__ __forceinline__ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                             const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+        "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+__device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4],
+                                                  const uint32_t b[2], const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+        "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(detail::smem_addr(smem_row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(detail::smem_addr(smem_row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(detail::smem_addr(smem_row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(detail::smem_addr(smem_row)));
+}
+
+// With src-size below 16 the rest of the 16 bytes is zero-filled, and with 0 nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   detail::smem_addr(smem_dst)),
+               "l"(detail::gmem_addr(gmem_src)), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// The memory clobber keeps the compiler from hoisting this thread's shared-memory reads above
+// the wait.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  static_assert(N >= 0, "cp_async_wait<N> needs N >= 0");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// The butterflies below fix the reduction order; the emulator replays exactly these steps.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the upper half of d and b in the lower half.
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t pack_bf162(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float2 unpack_half2(uint32_t v) {
+  float2 r;
+  asm("{\n  .reg .f16 lo, hi;\n  mov.b32 {lo, hi}, %2;\n  cvt.f32.f16 %0, lo;\n"
+      "  cvt.f32.f16 %1, hi;\n}\n"
+      : "=f"(r.x), "=f"(r.y)
+      : "r"(v));
+  return r;
+}
+
+// A bf16 is the upper half of an f32, so widening is a shift.
+__device__ __forceinline__ float2 unpack_bf162(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+
+__device__ __forceinline__ void st_global_16(void* gmem, const void* src16) {
+  uint4 v = *static_cast<const uint4*>(src16);
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(detail::gmem_addr(gmem)),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ void ld_global_16(void* dst16, const void* gmem) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(detail::gmem_addr(gmem))
+               : "memory");
+  *static_cast<uint4*>(dst16) = v;
+}
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(128) unsigned char cleave_dynamic_smem[];
+  return cleave_dynamic_smem;
+}
+
+}  // namespace cleave
+
+#else
+
+#include "emu.h"
+
+#endif
+
+namespace cleave {
+
+// Physical 16-byte chunk for logical `chunk` of `row` in a shared-memory tile whose rows are
+// 128 bytes or wider (a multiple of 128). The 8 rows that one ldmatrix phase reads at the same
+// logical chunk then land in 8 different 16-byte bank groups.
+__host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk) {
+  return chunk ^ (row & 7);
+}
+
+// The same for rows of `chunks_per_row` 16-byte chunks (a power of two). A 128-byte bank line
+// holds 8 / chunks_per_row narrow rows, so rows are XOR-ed in groups of that many: 64-byte rows
+// use chunk ^ ((row >> 1) & 3), 32-byte rows chunk ^ ((row >> 2) & 1), and 16-byte rows need no
+// swizzle at all.
+__host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk, int chunks_per_row) {
+  if (chunks_per_row >= 8) return chunk ^ (row & 7);
+  return chunk ^ ((row / (8 / chunks_per_row)) & (chunks_per_row - 1));
+}
+
+}  // namespace cleave

@@ -1,0 +1,288 @@
+//! GPU architectures: which ones we build for, parsed from `CUDA_COMPUTE_CAP`.
+
+use std::fmt;
+
+/// How specific an architecture's code is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Variant {
+    /// Plain `sm_XY`: runs on this architecture and newer minor revisions of it.
+    Generic,
+    /// `sm_XYa`: may use architecture-specific instructions (wgmma, TMA multicast) and runs on
+    /// exactly this architecture.
+    Specific,
+    /// `sm_XYf`: family-specific code that runs on this architecture's family.
+    Family,
+}
+
+/// A compute capability, e.g. 8.0 or 9.0a.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arch {
+    /// The major version: 8 for sm_80.
+    pub major: u32,
+    /// The minor version: 6 for sm_86.
+    pub minor: u32,
+    /// The `a`/`f` suffix.
+    pub variant: Variant,
+}
+
+/// What we know about one architecture.
+struct Known {
+    major: u32,
+    minor: u32,
+    /// The largest shared memory one block can opt in to, in bytes (the CUDA programming guide's
+    /// "maximum amount of shared memory per thread block").
+    smem_per_block: u32,
+    /// The first nvcc release that can target it.
+    nvcc: (u32, u32),
+    /// The first nvcc release with its `a` variant, if it has one.
+    specific: Option<(u32, u32)>,
+    /// The first nvcc release with its `f` variant, if it has one.
+    family: Option<(u32, u32)>,
+}
+
+const fn known(
+    major: u32,
+    minor: u32,
+    smem_per_block: u32,
+    nvcc: (u32, u32),
+    specific: Option<(u32, u32)>,
+    family: Option<(u32, u32)>,
+) -> Known {
+    Known { major, minor, smem_per_block, nvcc, specific, family }
+}
+
+/// Architectures Cleave's kernels can target: mma.sync with bf16 and cp.async need sm_80.
+const KNOWN: &[Known] = &[
+    known(8, 0, 166_912, (11, 0), None, None),
+    known(8, 6, 101_376, (11, 1), None, None),
+    known(8, 7, 166_912, (11, 4), None, None),
+    known(8, 9, 101_376, (11, 8), None, None),
+    known(9, 0, 232_448, (11, 8), Some((12, 0)), None),
+    known(10, 0, 232_448, (12, 8), Some((12, 8)), Some((12, 9))),
+    known(10, 3, 232_448, (12, 9), Some((12, 9)), Some((12, 9))),
+    known(12, 0, 101_376, (12, 8), Some((12, 8)), Some((12, 9))),
+    known(12, 1, 101_376, (12, 9), Some((12, 9)), Some((12, 9))),
+];
+
+/// What `CUDA_COMPUTE_CAP=all` means: the architectures we support and test.
+const ALL: &[(u32, u32)] = &[(8, 0), (8, 6), (8, 9), (9, 0)];
+
+impl Arch {
+    /// sm_80.
+    pub const SM_80: Arch = Arch { major: 8, minor: 0, variant: Variant::Generic };
+    /// sm_90.
+    pub const SM_90: Arch = Arch { major: 9, minor: 0, variant: Variant::Generic };
+
+    fn known(self) -> Option<&'static Known> {
+        KNOWN.iter().find(|k| k.major == self.major && k.minor == self.minor)
+    }
+
+    /// The number nvcc uses: 80 for 8.0, 120 for 12.0.
+    pub fn number(self) -> u32 {
+        self.major * 10 + self.minor
+    }
+
+    fn suffix(self) -> &'static str {
+        match self.variant {
+            Variant::Generic => "",
+            Variant::Specific => "a",
+            Variant::Family => "f",
+        }
+    }
+
+    /// The real-architecture name, e.g. `sm_90a`.
+    pub fn sm(self) -> String {
+        format!("sm_{}{}", self.number(), self.suffix())
+    }
+
+    /// The virtual-architecture name, e.g. `compute_90a`.
+    pub fn compute(self) -> String {
+        format!("compute_{}{}", self.number(), self.suffix())
+    }
+
+    /// The most shared memory (static plus dynamic) one block may use, in bytes; `None` for an
+    /// architecture we do not know.
+    pub fn smem_per_block(self) -> Option<u32> {
+        self.known().map(|k| k.smem_per_block)
+    }
+
+    /// The oldest nvcc (major, minor) that can compile for this architecture.
+    pub fn min_nvcc(self) -> Option<(u32, u32)> {
+        let k = self.known()?;
+        match self.variant {
+            Variant::Generic => Some(k.nvcc),
+            Variant::Specific => k.specific,
+            Variant::Family => k.family,
+        }
+    }
+
+    /// Parses one architecture: `80`, `8.0`, `sm_80`, `compute_80`, with an optional `a` or
+    /// `f` suffix (`90a`, `9.0a`, `sm_90a`).
+    pub fn parse(token: &str) -> Result<Arch, ArchError> {
+        let fail = |reason: String| ArchError { token: token.to_owned(), reason };
+        let lower = token.trim().to_ascii_lowercase();
+        let body = lower.strip_prefix("sm_").or_else(|| lower.strip_prefix("compute_")).unwrap_or(&lower);
+        let (digits, variant) = match body.as_bytes().last() {
+            Some(b'a') => (&body[..body.len() - 1], Variant::Specific),
+            Some(b'f') => (&body[..body.len() - 1], Variant::Family),
+            _ => (body, Variant::Generic),
+        };
+        let (major, minor) = match digits.split_once('.') {
+            Some((major, minor)) if is_digits(major) && minor.len() == 1 && is_digits(minor) => (major, minor),
+            None if (2..=3).contains(&digits.len()) && is_digits(digits) => digits.split_at(digits.len() - 1),
+            _ => return Err(fail("expected a compute capability such as 80, 8.0, sm_80 or 90a".to_owned())),
+        };
+        let arch = Arch {
+            major: major.parse().map_err(|_| fail("the major version is too large".to_owned()))?,
+            minor: minor.parse().map_err(|_| fail("the minor version is not a digit".to_owned()))?,
+            variant,
+        };
+        if arch.major < 8 {
+            return Err(fail(format!(
+                "{} is older than sm_80, the oldest architecture Cleave's kernels support",
+                arch.sm()
+            )));
+        }
+        if arch.known().is_none() {
+            let names: Vec<String> = KNOWN.iter().map(|k| k.major * 10 + k.minor).map(|n| n.to_string()).collect();
+            return Err(fail(format!("unknown architecture {}; known: {}", arch.sm(), names.join(", "))));
+        }
+        if arch.min_nvcc().is_none() {
+            return Err(fail(format!(
+                "{} has no `{}` variant",
+                Arch { variant: Variant::Generic, ..arch }.sm(),
+                arch.suffix()
+            )));
+        }
+        Ok(arch)
+    }
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sm_{}{}", self.number(), self.suffix())
+    }
+}
+
+/// A `CUDA_COMPUTE_CAP` entry that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("CUDA_COMPUTE_CAP entry `{token}`: {reason}")]
+pub struct ArchError {
+    /// The offending entry.
+    pub token: String,
+    /// Why it was rejected.
+    pub reason: String,
+}
+
+/// The architectures one build targets: SASS (machine code) for each of `sass`, plus PTX for
+/// `ptx`, which the driver compiles for GPUs newer than every SASS target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchSet {
+    sass: Vec<Arch>,
+    ptx: Option<Arch>,
+}
+
+impl Default for ArchSet {
+    /// SASS for sm_80 and sm_90 and PTX for compute_90: native code for A100 and H100/H200,
+    /// and code the driver can compile for anything newer.
+    fn default() -> Self {
+        ArchSet { sass: vec![Arch::SM_80, Arch::SM_90], ptx: Some(Arch::SM_90) }
+    }
+}
+
+/// The variable that selects architectures.
+pub const COMPUTE_CAP_VAR: &str = "CUDA_COMPUTE_CAP";
+
+impl ArchSet {
+    /// Builds a set from SASS targets (sorted, without duplicates); PTX is emitted for the
+    /// newest generic one. Arch-specific (`a`/`f`) targets never get PTX, because their PTX is
+    /// not forward-compatible.
+    pub fn new(sass: impl IntoIterator<Item = Arch>) -> ArchSet {
+        let mut sass: Vec<Arch> = sass.into_iter().collect();
+        sass.sort();
+        sass.dedup();
+        let ptx = sass.iter().rev().find(|a| a.variant == Variant::Generic).copied();
+        ArchSet { sass, ptx }
+    }
+
+    /// The architectures of `CUDA_COMPUTE_CAP=all`: 80, 86, 89 and 90, with compute_90 PTX.
+    pub fn all() -> ArchSet {
+        ArchSet::new(ALL.iter().map(|&(major, minor)| Arch { major, minor, variant: Variant::Generic }))
+    }
+
+    /// Parses a `CUDA_COMPUTE_CAP` value: entries separated by commas, semicolons or white
+    /// space, each an architecture (see [`Arch::parse`]) or `all`. A blank value means the
+    /// default set.
+    pub fn parse(value: &str) -> Result<ArchSet, ArchError> {
+        let tokens: Vec<&str> =
+            value.split(|c: char| c == ',' || c == ';' || c.is_whitespace()).filter(|t| !t.is_empty()).collect();
+        if tokens.is_empty() {
+            return Ok(ArchSet::default());
+        }
+        let mut sass = Vec::new();
+        for token in tokens {
+            if token.eq_ignore_ascii_case("all") {
+                sass.extend(ArchSet::all().sass);
+            } else {
+                sass.push(Arch::parse(token)?);
+            }
+        }
+        Ok(ArchSet::new(sass))
+    }
+
+    /// The set `CUDA_COMPUTE_CAP` selects, read through `env`; unset means the default set.
+    /// The GPU of the build machine is never consulted (no `nvidia-smi`).
+    pub fn from_env(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<ArchSet, ArchError> {
+        match env(COMPUTE_CAP_VAR) {
+            None => Ok(ArchSet::default()),
+            Some(value) => match value.to_str() {
+                Some(value) => ArchSet::parse(value),
+                None => Err(ArchError {
+                    token: value.to_string_lossy().into_owned(),
+                    reason: "the value is not valid UTF-8".to_owned(),
+                }),
+            },
+        }
+    }
+
+    /// The SASS targets, oldest first.
+    pub fn sass(&self) -> &[Arch] {
+        &self.sass
+    }
+
+    /// The PTX target, if any.
+    pub fn ptx(&self) -> Option<Arch> {
+        self.ptx
+    }
+
+    /// Whether the set targets nothing (possible only through [`ArchSet::new`]).
+    pub fn is_empty(&self) -> bool {
+        self.sass.is_empty()
+    }
+
+    /// nvcc's `-gencode` flags: one per SASS target, with the PTX target's PTX added to its
+    /// SASS entry (`arch=compute_90,code=[sm_90,compute_90]`).
+    pub fn gencode_flags(&self) -> Vec<String> {
+        self.sass
+            .iter()
+            .map(|a| {
+                if Some(*a) == self.ptx {
+                    format!("-gencode=arch={},code=[{},{}]", a.compute(), a.sm(), a.compute())
+                } else {
+                    format!("-gencode=arch={},code={}", a.compute(), a.sm())
+                }
+            })
+            .collect()
+    }
+
+    /// A description for error messages and `Fatbin::built_for`, e.g. `sm_80, sm_90, compute_90`.
+    pub fn describe(&self) -> String {
+        let mut names: Vec<String> = self.sass.iter().map(|a| a.sm()).collect();
+        names.extend(self.ptx.map(Arch::compute));
+        names.join(", ")
+    }
+}

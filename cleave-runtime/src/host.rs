@@ -1,0 +1,256 @@
+//! The host-emulation executor.
+//!
+//! The generated CUDA source is also compiled as C++ for the CPU against an emulation header;
+//! each kernel becomes an `extern "C"` function of type [`EmuFn`] that runs a whole grid. This
+//! module runs a [`LaunchPlan`] through those functions exactly as the CUDA executor runs it on
+//! a GPU: same grids, same workspaces, same argument order.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::marker::PhantomData;
+
+use crate::element::Element;
+use crate::plan::{self, LaunchPlan, Param, Role};
+use crate::Error;
+
+/// One emulated kernel: runs the whole grid described by the [`EmuLaunch`], reading its
+/// parameters through `args` (one pointer per kernel parameter, pointing at the parameter's
+/// value, as with `cuLaunchKernel`). Returns 0 on success; otherwise it has written a
+/// NUL-terminated message into `err`.
+pub type EmuFn = unsafe extern "C" fn(launch: *const EmuLaunch, args: *const *mut c_void) -> c_int;
+
+/// The launch configuration handed to an emulated kernel.
+///
+/// The C side declares the same struct:
+/// `struct { uint32_t grid[3]; uint32_t block[3]; uint32_t smem_bytes; uint64_t seed; char* err; size_t err_len; }`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EmuLaunch {
+    /// Blocks along x, y and z.
+    pub grid: [u32; 3],
+    /// Threads along x, y and z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block in bytes.
+    pub smem_bytes: u32,
+    /// Seeds the emulator's choices (e.g. the order in which it runs warps), so a failing run
+    /// can be replayed.
+    pub seed: u64,
+    /// A buffer of `err_len` bytes for an error message.
+    pub err: *mut c_char,
+    /// The size of `err` in bytes, including room for the terminating NUL.
+    pub err_len: usize,
+}
+
+/// The size of the error-message buffer handed to each emulated kernel.
+const ERR_BUF_LEN: usize = 4096;
+
+/// The fill byte of fresh workspaces: every f16, bf16 and f32 made of it is a NaN, so a kernel
+/// that reads a partial result nobody wrote produces NaNs instead of plausible numbers.
+const WORKSPACE_FILL: u8 = 0xFF;
+
+/// A 16-byte-aligned chunk, so workspaces are aligned for 16-byte vector accesses.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Chunk([u8; 16]);
+
+/// Runs `plan` on the host: allocates its workspaces, then calls `fns[i]` for
+/// `plan.launches[i]`, in order.
+///
+/// `extents` has one entry per dim of the plan (see [`plan::extents`]); `inputs` and `outputs`
+/// hold one pointer per declared tensor. A launch whose grid has a zero dimension is skipped.
+///
+/// # Safety
+///
+/// Each pointer in `inputs` must be valid for reads, and each in `outputs` valid for reads and
+/// writes, of its tensor's element count (for these extents) times its dtype's size, aligned to
+/// that dtype; outputs must not overlap any other argument. Each `fns[i]` must implement
+/// `plan.launches[i]` (read exactly the parameters the plan lists, in that order).
+pub unsafe fn execute(
+    plan: &LaunchPlan,
+    fns: &[EmuFn],
+    extents: &[u64],
+    inputs: &[*const u8],
+    outputs: &[*mut u8],
+    seed: u64,
+) -> Result<(), Error> {
+    plan::check_call(plan, extents, inputs.len(), outputs.len())?;
+    if fns.len() != plan.launches.len() {
+        return Err(Error::InvalidArguments {
+            kernel: plan.kernel,
+            message: format!("{} emulated kernels were given for {} launches", fns.len(), plan.launches.len()),
+        });
+    }
+
+    let mut workspaces = Vec::with_capacity(plan.workspaces.len());
+    for (i, ws) in plan.workspaces.iter().enumerate() {
+        let bytes = ws
+            .bytes(extents)
+            .ok_or_else(|| Error::Overflow { kernel: plan.kernel, quantity: format!("the size of workspace {i}") })?;
+        workspaces.push(alloc_workspace(plan.kernel, bytes)?);
+    }
+
+    // Each parameter value lives in one of these vectors and the args arrays point into them.
+    // They are complete before the base pointers are taken, so they never move, and they stay
+    // in scope until this function returns, after the last call.
+    let mut input_slots: Vec<*mut c_void> = inputs.iter().map(|p| p.cast_mut().cast()).collect();
+    let mut output_slots: Vec<*mut c_void> = outputs.iter().map(|p| p.cast()).collect();
+    let mut workspace_slots: Vec<*mut c_void> = workspaces.iter_mut().map(|w| w.as_mut_ptr().cast()).collect();
+    // Extents are at most 2^31-1 (checked above), so they convert to i64 exactly.
+    let mut extent_slots: Vec<i64> = extents.iter().map(|&e| e as i64).collect();
+    let bases =
+        (input_slots.as_mut_ptr(), output_slots.as_mut_ptr(), workspace_slots.as_mut_ptr(), extent_slots.as_mut_ptr());
+
+    let mut err = vec![0u8; ERR_BUF_LEN];
+    for (launch, run) in plan.launches.iter().zip(fns) {
+        let grid = launch.grid_dims(plan.kernel, extents)?;
+        if grid.contains(&0) {
+            continue;
+        }
+        // Indices were checked by `validate`, so every offset stays inside its vector.
+        let args: Vec<*mut c_void> = launch
+            .params
+            .iter()
+            .map(|param| match *param {
+                Param::Input(i) => bases.0.wrapping_add(usize::from(i)).cast(),
+                Param::Output(i) => bases.1.wrapping_add(usize::from(i)).cast(),
+                Param::Workspace(i) => bases.2.wrapping_add(usize::from(i)).cast(),
+                Param::Extent(i) => bases.3.wrapping_add(usize::from(i)).cast(),
+            })
+            .collect();
+        err.fill(0);
+        let config = EmuLaunch {
+            grid,
+            block: [launch.threads, 1, 1],
+            smem_bytes: launch.smem_bytes,
+            seed,
+            err: err.as_mut_ptr().cast(),
+            err_len: err.len(),
+        };
+        // SAFETY: `config` and `args` outlive the call; every args entry points at a live slot
+        // holding a pointer or an i64 as the plan describes, and the caller guarantees that the
+        // tensors behind the pointers are valid and that `run` implements this launch.
+        let code = unsafe { run(&config, args.as_ptr()) };
+        if code != 0 {
+            return Err(Error::Emulation { kernel: plan.kernel, message: emulator_message(launch.symbol, code, &err) });
+        }
+    }
+    Ok(())
+}
+
+/// Allocates a workspace of `bytes` bytes, 16-byte aligned and filled with NaN bytes.
+fn alloc_workspace(kernel: &'static str, bytes: u64) -> Result<Vec<Chunk>, Error> {
+    let chunks = usize::try_from(bytes.div_ceil(16)).map_err(|_| Error::OutOfMemory { kernel, bytes })?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(chunks).map_err(|_| Error::OutOfMemory { kernel, bytes })?;
+    buf.resize(chunks, Chunk([WORKSPACE_FILL; 16]));
+    Ok(buf)
+}
+
+/// The emulator's message from `err` (up to the first NUL), or a generic one if it wrote none.
+fn emulator_message(symbol: &str, code: c_int, err: &[u8]) -> String {
+    let text = err.split(|&b| b == 0).next().unwrap_or_default();
+    if text.is_empty() {
+        format!("launch `{symbol}` failed with code {code}")
+    } else {
+        format!("launch `{symbol}`: {}", String::from_utf8_lossy(text))
+    }
+}
+
+/// A typed argument list for one host-emulation call, so that a generated `run_host` is a few
+/// lines: `Args::new`, one `input`/`output` per declared tensor in declaration order, `run`.
+///
+/// Each argument is checked against the declaration (dtype and exact length) as it is added.
+#[derive(Debug)]
+pub struct Args<'a> {
+    plan: &'a LaunchPlan,
+    extents: Vec<u64>,
+    inputs: Vec<*const u8>,
+    outputs: Vec<*mut u8>,
+    borrows: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Args<'a> {
+    /// Starts an argument list; `dynamic` holds the dynamic extents in declaration order.
+    pub fn new(plan: &'a LaunchPlan, dynamic: &[usize]) -> Result<Self, Error> {
+        Ok(Self {
+            plan,
+            extents: plan::extents(plan, dynamic)?,
+            inputs: Vec::with_capacity(plan.inputs.len()),
+            outputs: Vec::with_capacity(plan.outputs.len()),
+            borrows: PhantomData,
+        })
+    }
+
+    /// The full extent vector, one entry per dim.
+    pub fn extents(&self) -> &[u64] {
+        &self.extents
+    }
+
+    /// Adds the next declared input.
+    pub fn input<T: Element>(&mut self, data: &'a [T]) -> Result<&mut Self, Error> {
+        plan::check_arg(self.plan, &self.extents, Role::Input, self.inputs.len(), T::DTYPE, data.len())?;
+        self.inputs.push(data.as_ptr().cast());
+        Ok(self)
+    }
+
+    /// Adds the next declared output.
+    pub fn output<T: Element>(&mut self, data: &'a mut [T]) -> Result<&mut Self, Error> {
+        plan::check_arg(self.plan, &self.extents, Role::Output, self.outputs.len(), T::DTYPE, data.len())?;
+        self.outputs.push(data.as_mut_ptr().cast());
+        Ok(self)
+    }
+
+    /// Runs the plan with `fns[i]` implementing `plan.launches[i]`.
+    ///
+    /// # Safety
+    ///
+    /// Each `fns[i]` must implement `plan.launches[i]`: read exactly the parameters the plan
+    /// lists, and access the tensors only within the extents. Generated launchers pass the
+    /// functions compiled from the same generated source as the plan.
+    pub unsafe fn run(self, fns: &[EmuFn], seed: u64) -> Result<(), Error> {
+        plan::check_complete(self.plan, self.inputs.len(), self.outputs.len())?;
+        // SAFETY: every pointer comes from a slice borrowed for 'a whose dtype and length were
+        // checked against the declaration for these extents; outputs come from `&mut` slices,
+        // so they overlap nothing else; the caller vouches for `fns`.
+        unsafe { execute(self.plan, fns, &self.extents, &self.inputs, &self.outputs, seed) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    /// The C side declares the struct with natural alignment; on LP64 targets that puts the
+    /// fields at these offsets, and both sides must agree byte for byte.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn emu_launch_matches_the_c_layout() {
+        assert_eq!(offset_of!(EmuLaunch, grid), 0);
+        assert_eq!(offset_of!(EmuLaunch, block), 12);
+        assert_eq!(offset_of!(EmuLaunch, smem_bytes), 24);
+        assert_eq!(offset_of!(EmuLaunch, seed), 32);
+        assert_eq!(offset_of!(EmuLaunch, err), 40);
+        assert_eq!(offset_of!(EmuLaunch, err_len), 48);
+        assert_eq!(size_of::<EmuLaunch>(), 56);
+        assert_eq!(align_of::<EmuLaunch>(), 8);
+    }
+
+    #[test]
+    fn workspaces_are_aligned_and_poisoned() {
+        let ws = alloc_workspace("k", 33).unwrap();
+        assert_eq!(ws.as_ptr() as usize % 16, 0);
+        assert_eq!(ws.len(), 3);
+        assert!(ws.iter().all(|c| c.0 == [0xFF; 16]));
+        assert!(f32::from_bits(u32::from_ne_bytes([WORKSPACE_FILL; 4])).is_nan());
+        assert!(half::f16::from_bits(u16::from_ne_bytes([WORKSPACE_FILL; 2])).is_nan());
+        assert!(half::bf16::from_bits(u16::from_ne_bytes([WORKSPACE_FILL; 2])).is_nan());
+        assert!(matches!(alloc_workspace("k", u64::MAX), Err(Error::OutOfMemory { kernel: "k", .. })));
+    }
+
+    #[test]
+    fn emulator_messages_stop_at_the_nul() {
+        assert_eq!(emulator_message("f", 2, b"bad tile\0garbage"), "launch `f`: bad tile");
+        assert_eq!(emulator_message("f", 2, b"\0"), "launch `f` failed with code 2");
+        assert_eq!(emulator_message("f", 2, b"no terminator"), "launch `f`: no terminator");
+    }
+}

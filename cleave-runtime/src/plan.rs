@@ -1,0 +1,439 @@
+//! Launch plans: the launch sequence of one declared kernel, as data.
+//!
+//! Code generation writes one [`LaunchPlan`] per declared kernel as a `static`. Both executors
+//! (CUDA and host emulation) read the same plan, so the host emulation exercises exactly the
+//! grid sizes, workspace sizes and argument order the GPU sees.
+//!
+//! Every type here is built from `&'static` slices and plain values so that a plan can be a
+//! `static` item in generated code, or be built at run time and leaked (`Box::leak`) by the
+//! command-line tool.
+
+use std::fmt;
+
+use crate::Error;
+
+/// The largest extent of any dim: kernels index one axis with 32-bit signed arithmetic.
+pub const MAX_EXTENT: u64 = (1 << 31) - 1;
+
+/// The largest element count of one tensor: kernels compute element offsets in 64-bit
+/// arithmetic, and 2^48 leaves headroom for the byte offsets and tile arithmetic on top.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 48;
+
+/// CUDA's limit on the number of blocks along grid x, y and z.
+pub const MAX_GRID: [u64; 3] = [(1 << 31) - 1, 65_535, 65_535];
+
+/// CUDA's limit on threads per block.
+pub const MAX_THREADS: u32 = 1024;
+
+/// The launch sequence of one declared kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchPlan {
+    /// The declared kernel name.
+    pub kernel: &'static str,
+    /// Every dim of the kernel, in declaration order.
+    pub dims: &'static [DimSpec],
+    /// The declared inputs, in declaration order.
+    pub inputs: &'static [TensorSpec],
+    /// The declared outputs, in declaration order.
+    pub outputs: &'static [TensorSpec],
+    /// Scratch buffers (Split-K partials) the executor allocates for the duration of a call.
+    pub workspaces: &'static [WorkspaceSpec],
+    /// The kernels to launch, in order, on one stream.
+    pub launches: &'static [KernelLaunch],
+}
+
+/// One dim of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DimSpec {
+    /// The declared name.
+    pub name: &'static str,
+    /// The static extent, or the representative one the schedule was chosen for when `dynamic`.
+    pub value: u64,
+    /// Whether the extent is a run-time argument of the launcher.
+    pub dynamic: bool,
+}
+
+/// One axis of a tensor's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// A broadcast axis of extent 1.
+    One,
+    /// The extent of `LaunchPlan::dims[i]`.
+    Dim(u16),
+}
+
+/// The element type of a tensor in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE binary32.
+    F32,
+}
+
+impl DType {
+    /// The size of one element in bytes.
+    pub const fn size_bytes(self) -> u32 {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 => 4,
+        }
+    }
+
+    /// The name used in declarations (`f16`, `bf16`, `f32`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A declared input or output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorSpec {
+    /// The declared name, used in error messages.
+    pub name: &'static str,
+    /// The element type.
+    pub dtype: DType,
+    /// The shape, outermost axis first; the tensor is dense and row-major.
+    pub shape: &'static [Axis],
+}
+
+impl TensorSpec {
+    /// The number of elements for the given extents, rejecting tensors above
+    /// [`MAX_TENSOR_ELEMENTS`].
+    ///
+    /// The error names the dim at which the running product first exceeds the limit.
+    pub fn elements(&self, plan: &LaunchPlan, extents: &[u64]) -> Result<u64, Error> {
+        let mut count: u64 = 1;
+        for axis in self.shape {
+            let Axis::Dim(d) = *axis else { continue };
+            let (Some(dim), Some(&extent)) = (plan.dims.get(usize::from(d)), extents.get(usize::from(d))) else {
+                return Err(Error::InvalidPlan {
+                    kernel: plan.kernel,
+                    reason: format!("tensor `{}` refers to dim {d}, which has no extent", self.name),
+                });
+            };
+            count = match count.checked_mul(extent) {
+                Some(c) if c <= MAX_TENSOR_ELEMENTS => c,
+                _ => {
+                    return Err(Error::InvalidExtent {
+                        dim: dim.name,
+                        value: extent,
+                        reason: "a tensor using this dim would exceed 2^48 elements",
+                    })
+                }
+            };
+        }
+        Ok(count)
+    }
+}
+
+/// One factor of a [`Product`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Factor {
+    /// A constant.
+    Const(u64),
+    /// The extent of `LaunchPlan::dims[i]`.
+    Dim(u16),
+    /// `ceil(extent[d] / t)`: the number of tiles of size `t` covering dim `d`.
+    CeilDiv(u16, u64),
+}
+
+/// A product of factors; the empty product is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Product(pub &'static [Factor]);
+
+impl Product {
+    /// Evaluates the product, or `None` when it overflows `u64` or refers to a dim or divisor
+    /// that is not valid ([`LaunchPlan::validate`] rules the latter out).
+    pub fn eval(&self, extents: &[u64]) -> Option<u64> {
+        self.0.iter().try_fold(1u64, |acc, factor| {
+            let value = match *factor {
+                Factor::Const(c) => c,
+                Factor::Dim(d) => *extents.get(usize::from(d))?,
+                Factor::CeilDiv(d, t) => {
+                    let extent = *extents.get(usize::from(d))?;
+                    (t > 0).then(|| extent.div_ceil(t))?
+                }
+            };
+            acc.checked_mul(value)
+        })
+    }
+}
+
+/// A scratch buffer of `len` elements of `elem_bytes` bytes each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceSpec {
+    /// The size of one element in bytes.
+    pub elem_bytes: u32,
+    /// The number of elements.
+    pub len: Product,
+}
+
+impl WorkspaceSpec {
+    /// The size in bytes for the given extents, or `None` on overflow.
+    pub fn bytes(&self, extents: &[u64]) -> Option<u64> {
+        self.len.eval(extents)?.checked_mul(u64::from(self.elem_bytes))
+    }
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelLaunch {
+    /// The `extern "C"` symbol in the fatbin (and, prefixed, in the host-emulation library).
+    pub symbol: &'static str,
+    /// Blocks along x, y and z.
+    pub grid: [Product; 3],
+    /// Threads per block (a one-dimensional block).
+    pub threads: u32,
+    /// Dynamic shared memory per block in bytes.
+    pub smem_bytes: u32,
+    /// The kernel's parameters, in order.
+    pub params: &'static [Param],
+}
+
+impl KernelLaunch {
+    /// The grid for the given extents, checked against CUDA's per-axis limits.
+    pub fn grid_dims(&self, kernel: &'static str, extents: &[u64]) -> Result<[u32; 3], Error> {
+        let mut grid = [0u32; 3];
+        for (axis, ((slot, product), limit)) in grid.iter_mut().zip(&self.grid).zip(MAX_GRID).enumerate() {
+            let axis_name = ['x', 'y', 'z'][axis];
+            let value = product.eval(extents).ok_or_else(|| Error::Overflow {
+                kernel,
+                quantity: format!("grid.{axis_name} of launch `{}`", self.symbol),
+            })?;
+            // The limit is below 2^31, so a value within it always fits in u32.
+            *slot = u32::try_from(value).ok().filter(|_| value <= limit).ok_or(Error::GridTooLarge {
+                kernel,
+                launch: self.symbol,
+                axis: axis_name,
+                value,
+                limit,
+            })?;
+        }
+        Ok(grid)
+    }
+}
+
+/// One kernel parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// A pointer to input `i`.
+    Input(u16),
+    /// A pointer to output `i`.
+    Output(u16),
+    /// A pointer to workspace `i`.
+    Workspace(u16),
+    /// The extent of dim `i`, passed as a 64-bit signed integer.
+    Extent(u16),
+}
+
+impl LaunchPlan {
+    /// Checks that every index in the plan is in range and every launch is well formed.
+    ///
+    /// Generated plans always pass; the check exists so that a plan built at run time (by the
+    /// command-line tool) fails with an error instead of an out-of-bounds access.
+    pub fn validate(&self) -> Result<(), Error> {
+        let fail = |reason: String| Err(Error::InvalidPlan { kernel: self.kernel, reason });
+        let dim_ok = |d: u16| usize::from(d) < self.dims.len();
+        for tensor in self.inputs.iter().chain(self.outputs) {
+            if let Some(Axis::Dim(d)) = tensor.shape.iter().find(|a| matches!(a, Axis::Dim(d) if !dim_ok(*d))) {
+                return fail(format!(
+                    "tensor `{}` refers to dim {d}, but the plan has {}",
+                    tensor.name,
+                    self.dims.len()
+                ));
+            }
+        }
+        let product_ok = |p: &Product| {
+            p.0.iter().all(|f| match *f {
+                Factor::Const(_) => true,
+                Factor::Dim(d) => dim_ok(d),
+                Factor::CeilDiv(d, t) => dim_ok(d) && t > 0,
+            })
+        };
+        for (i, ws) in self.workspaces.iter().enumerate() {
+            if !product_ok(&ws.len) {
+                return fail(format!("workspace {i} has a size that refers to a missing dim or divides by zero"));
+            }
+        }
+        for launch in self.launches {
+            let symbol = launch.symbol;
+            if symbol.is_empty() || symbol.contains('\0') {
+                return fail(format!("launch symbol {symbol:?} is empty or contains a NUL byte"));
+            }
+            if launch.threads == 0 || launch.threads > MAX_THREADS {
+                return fail(format!("launch `{symbol}` has {} threads per block (1..=1024)", launch.threads));
+            }
+            if !launch.grid.iter().all(product_ok) {
+                return fail(format!("launch `{symbol}` has a grid that refers to a missing dim or divides by zero"));
+            }
+            for param in launch.params {
+                let (what, i, len) = match *param {
+                    Param::Input(i) => ("input", i, self.inputs.len()),
+                    Param::Output(i) => ("output", i, self.outputs.len()),
+                    Param::Workspace(i) => ("workspace", i, self.workspaces.len()),
+                    Param::Extent(i) => ("dim", i, self.dims.len()),
+                };
+                if usize::from(i) >= len {
+                    return fail(format!("launch `{symbol}` passes {what} {i}, but the plan has {len}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The dynamic dims, in the order their extents are passed.
+    pub fn dynamic_dims(&self) -> impl Iterator<Item = &'static DimSpec> {
+        self.dims.iter().filter(|d| d.dynamic)
+    }
+}
+
+/// Builds the full extent vector (one entry per dim of `plan.dims`) from the static extents and
+/// the `dynamic` values, given in the order the dynamic dims appear in `plan.dims`.
+///
+/// Every extent must lie in `1..=2^31-1`, and every input and output must stay within 2^48
+/// elements; the plan itself is validated too.
+pub fn extents(plan: &LaunchPlan, dynamic: &[usize]) -> Result<Vec<u64>, Error> {
+    plan.validate()?;
+    let expected = plan.dynamic_dims().count();
+    if dynamic.len() != expected {
+        let names: Vec<&str> = plan.dynamic_dims().map(|d| d.name).collect();
+        return Err(Error::DynamicCount { kernel: plan.kernel, names: names.join(", "), expected, got: dynamic.len() });
+    }
+    let mut given = dynamic.iter();
+    let mut out = Vec::with_capacity(plan.dims.len());
+    for dim in plan.dims {
+        // The count check above guarantees one given value per dynamic dim.
+        let value = match dim.dynamic.then(|| given.next()).flatten() {
+            Some(&v) => u64::try_from(v).map_err(|_| Error::InvalidExtent {
+                dim: dim.name,
+                value: u64::MAX,
+                reason: "extents must be at most 2^31-1",
+            })?,
+            None => dim.value,
+        };
+        check_extent(dim.name, value)?;
+        out.push(value);
+    }
+    for tensor in plan.inputs.iter().chain(plan.outputs) {
+        tensor.elements(plan, &out)?;
+    }
+    Ok(out)
+}
+
+/// Rejects an extent of zero or above [`MAX_EXTENT`].
+pub fn check_extent(dim: &'static str, value: u64) -> Result<(), Error> {
+    let reason = if value == 0 {
+        "extents must be at least 1"
+    } else if value > MAX_EXTENT {
+        "extents must be at most 2^31-1"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidExtent { dim, value, reason })
+}
+
+/// Checks that argument `name` has exactly `expected` elements.
+pub fn check_len(name: &'static str, got: usize, expected: u64) -> Result<(), Error> {
+    if u64::try_from(got).is_ok_and(|g| g == expected) {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch { arg: name, expected, got })
+    }
+}
+
+/// Whether an argument is one of the plan's inputs or outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Input,
+    Output,
+}
+
+impl Role {
+    fn word(self) -> &'static str {
+        match self {
+            Role::Input => "input",
+            Role::Output => "output",
+        }
+    }
+}
+
+/// Checks the `index`-th input or output passed to a typed builder: that the plan declares it,
+/// and that its element type and length match the declaration for these extents. Returns the
+/// argument's declared name.
+pub(crate) fn check_arg(
+    plan: &LaunchPlan,
+    extents: &[u64],
+    role: Role,
+    index: usize,
+    dtype: DType,
+    len: usize,
+) -> Result<&'static str, Error> {
+    let specs = match role {
+        Role::Input => plan.inputs,
+        Role::Output => plan.outputs,
+    };
+    let Some(spec) = specs.get(index) else {
+        return Err(Error::InvalidArguments {
+            kernel: plan.kernel,
+            message: format!("{} {}s were passed, but the kernel declares {}", index + 1, role.word(), specs.len()),
+        });
+    };
+    if spec.dtype != dtype {
+        return Err(Error::DTypeMismatch { arg: spec.name, expected: spec.dtype, got: dtype });
+    }
+    check_len(spec.name, len, spec.elements(plan, extents)?)?;
+    Ok(spec.name)
+}
+
+/// Checks that a builder received every declared input and output before launching.
+pub(crate) fn check_complete(plan: &LaunchPlan, inputs: usize, outputs: usize) -> Result<(), Error> {
+    for (role, got, specs) in [(Role::Input, inputs, plan.inputs), (Role::Output, outputs, plan.outputs)] {
+        if let Some(missing) = specs.get(got) {
+            return Err(Error::InvalidArguments {
+                kernel: plan.kernel,
+                message: format!(
+                    "{} `{}` was not passed ({} of {} given)",
+                    role.word(),
+                    missing.name,
+                    got,
+                    specs.len()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the executors' common preconditions: a valid plan, one extent per dim, and one
+/// pointer per declared input and output.
+pub(crate) fn check_call(plan: &LaunchPlan, extents: &[u64], inputs: usize, outputs: usize) -> Result<(), Error> {
+    plan.validate()?;
+    let fail = |message: String| Err(Error::InvalidArguments { kernel: plan.kernel, message });
+    if extents.len() != plan.dims.len() {
+        return fail(format!("{} extents were given, but the kernel has {} dims", extents.len(), plan.dims.len()));
+    }
+    if inputs != plan.inputs.len() || outputs != plan.outputs.len() {
+        return fail(format!(
+            "{inputs} inputs and {outputs} outputs were given, but the kernel declares {} and {}",
+            plan.inputs.len(),
+            plan.outputs.len()
+        ));
+    }
+    for (dim, &value) in plan.dims.iter().zip(extents) {
+        check_extent(dim.name, value)?;
+    }
+    Ok(())
+}

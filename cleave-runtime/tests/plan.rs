@@ -1,0 +1,184 @@
+//! Extent, length and plan validation.
+
+use cleave_runtime::host::{self, EmuLaunch};
+use cleave_runtime::{
+    check_len, extents, Axis, DType, DimSpec, Error, Factor, KernelLaunch, LaunchPlan, Param, Product, TensorSpec,
+    WorkspaceSpec,
+};
+use std::ffi::{c_int, c_void};
+
+const fn dim(name: &'static str, value: u64, dynamic: bool) -> DimSpec {
+    DimSpec { name, value, dynamic }
+}
+
+static ATTN: LaunchPlan = LaunchPlan {
+    kernel: "attention",
+    dims: &[dim("h", 32, false), dim("s", 4096, true), dim("l", 4096, true), dim("d", 128, false)],
+    inputs: &[
+        TensorSpec { name: "q", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(3)] },
+        TensorSpec { name: "k", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(2), Axis::Dim(3)] },
+    ],
+    outputs: &[TensorSpec { name: "o", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(3)] }],
+    workspaces: &[],
+    launches: &[KernelLaunch {
+        symbol: "attention_0",
+        grid: [Product(&[Factor::CeilDiv(1, 128)]), Product(&[Factor::Dim(0)]), Product(&[])],
+        threads: 128,
+        smem_bytes: 65_536,
+        params: &[Param::Input(0), Param::Input(1), Param::Output(0), Param::Extent(1), Param::Extent(2)],
+    }],
+};
+
+#[test]
+fn extents_merge_static_and_dynamic_in_declaration_order() {
+    assert_eq!(extents(&ATTN, &[7, 9]).unwrap(), vec![32, 7, 9, 128]);
+}
+
+#[test]
+fn zero_and_oversized_extents_are_rejected() {
+    let err = extents(&ATTN, &[0, 9]).unwrap_err();
+    assert!(matches!(err, Error::InvalidExtent { dim: "s", value: 0, .. }), "{err}");
+    assert_eq!(err.to_string(), "extent 0 of dim `s` is invalid: extents must be at least 1");
+
+    let err = extents(&ATTN, &[7, 1 << 31]).unwrap_err();
+    assert!(matches!(err, Error::InvalidExtent { dim: "l", value: 2_147_483_648, .. }), "{err}");
+    assert!(extents(&ATTN, &[7, (1 << 31) - 1]).is_ok(), "the largest extent is allowed");
+}
+
+#[test]
+fn tensors_above_2_pow_48_elements_are_rejected() {
+    static BIG: LaunchPlan = LaunchPlan {
+        kernel: "big",
+        dims: &[dim("a", 1 << 20, false), dim("b", 1, true), dim("c", 1 << 10, false)],
+        inputs: &[TensorSpec { name: "x", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(2)] }],
+        outputs: &[],
+        workspaces: &[],
+        launches: &[],
+    };
+    assert!(extents(&BIG, &[1 << 18]).is_ok(), "exactly 2^48 is allowed");
+    let err = extents(&BIG, &[(1 << 18) + 1]).unwrap_err();
+    assert!(matches!(err, Error::InvalidExtent { dim: "c", .. }), "{err}");
+    assert!(err.to_string().contains("2^48"), "{err}");
+}
+
+#[test]
+fn dynamic_count_must_match() {
+    let err = extents(&ATTN, &[7]).unwrap_err();
+    assert_eq!(err.to_string(), "kernel `attention` has 2 dynamic dims (s, l), but 1 extents were given");
+}
+
+#[test]
+fn check_len_names_the_argument_and_expected_length() {
+    assert!(check_len("q", 12, 12).is_ok());
+    let err = check_len("q", 11, 12).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { arg: "q", expected: 12, got: 11 }));
+    assert_eq!(err.to_string(), "argument `q` has 11 elements, but the given extents need exactly 12");
+}
+
+#[test]
+fn tensor_element_counts_follow_the_shape() {
+    let ext = extents(&ATTN, &[7, 9]).unwrap();
+    assert_eq!(ATTN.inputs[1].elements(&ATTN, &ext).unwrap(), 32 * 9 * 128);
+    let bcast = TensorSpec { name: "b", dtype: DType::F32, shape: &[Axis::One, Axis::Dim(3), Axis::One] };
+    assert_eq!(bcast.elements(&ATTN, &ext).unwrap(), 128);
+}
+
+#[test]
+fn products_evaluate_with_overflow_checks() {
+    let ext = [10, 1 << 31, 3];
+    assert_eq!(Product(&[]).eval(&ext), Some(1));
+    assert_eq!(Product(&[Factor::CeilDiv(0, 4), Factor::Dim(2), Factor::Const(5)]).eval(&ext), Some(3 * 3 * 5));
+    assert_eq!(Product(&[Factor::CeilDiv(0, 10)]).eval(&ext), Some(1));
+    assert_eq!(Product(&[Factor::CeilDiv(0, 11)]).eval(&ext), Some(1));
+    assert_eq!(Product(&[Factor::Dim(1), Factor::Dim(1), Factor::Dim(1)]).eval(&ext), None);
+    assert_eq!(Product(&[Factor::CeilDiv(0, u64::MAX)]).eval(&[u64::MAX]), Some(1));
+    assert_eq!(Product(&[Factor::Dim(9)]).eval(&ext), None, "a missing dim does not panic");
+    assert_eq!(Product(&[Factor::CeilDiv(0, 0)]).eval(&ext), None, "a zero divisor does not panic");
+}
+
+#[test]
+fn grids_are_checked_against_cuda_limits() {
+    let ext = extents(&ATTN, &[4096, 4096]).unwrap();
+    assert_eq!(ATTN.launches[0].grid_dims("attention", &ext).unwrap(), [32, 32, 1]);
+
+    let wide =
+        KernelLaunch { grid: [Product(&[]), Product(&[Factor::Const(65_536)]), Product(&[])], ..ATTN.launches[0] };
+    let err = wide.grid_dims("attention", &ext).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "kernel `attention`: launch `attention_0` needs 65536 blocks along grid.y, above the limit of 65535"
+    );
+
+    let huge = KernelLaunch {
+        grid: [Product(&[Factor::Dim(1), Factor::Dim(2), Factor::Dim(3)]), Product(&[]), Product(&[])],
+        ..wide
+    };
+    assert!(matches!(huge.grid_dims("attention", &ext), Err(Error::GridTooLarge { axis: 'x', .. })));
+
+    let overflow = KernelLaunch {
+        grid: [Product(&[Factor::Const(u64::MAX), Factor::Const(2)]), Product(&[]), Product(&[])],
+        ..wide
+    };
+    let err = overflow.grid_dims("attention", &ext).unwrap_err();
+    assert_eq!(err.to_string(), "kernel `attention`: grid.x of launch `attention_0` overflows for the given extents");
+}
+
+#[test]
+fn workspace_size_overflow_is_an_error() {
+    static WS: LaunchPlan = LaunchPlan {
+        kernel: "ws",
+        dims: &[dim("n", 1, true)],
+        inputs: &[],
+        outputs: &[],
+        workspaces: &[WorkspaceSpec {
+            elem_bytes: 4,
+            len: Product(&[Factor::Dim(0), Factor::Dim(0), Factor::Dim(0), Factor::Const(1 << 40)]),
+        }],
+        launches: &[],
+    };
+    let ext = extents(&WS, &[(1 << 31) - 1]).unwrap();
+    // SAFETY: the plan has no tensors and no launches.
+    let err = unsafe { host::execute(&WS, &[], &ext, &[], &[], 0) }.unwrap_err();
+    assert_eq!(err.to_string(), "kernel `ws`: the size of workspace 0 overflows for the given extents");
+}
+
+/// Builds a plan at run time, as the command-line tool does, from a template with one field
+/// changed.
+fn leaked(edit: impl FnOnce(&mut KernelLaunch)) -> &'static LaunchPlan {
+    let mut launch = ATTN.launches[0];
+    edit(&mut launch);
+    let launches: &'static [KernelLaunch] = Box::leak(vec![launch].into_boxed_slice());
+    Box::leak(Box::new(LaunchPlan { launches, ..ATTN }))
+}
+
+#[test]
+fn inconsistent_plans_are_errors() {
+    let cases: [(&LaunchPlan, &str); 5] = [
+        (leaked(|l| l.params = &[Param::Input(2)]), "passes input 2, but the plan has 2"),
+        (leaked(|l| l.params = &[Param::Extent(4)]), "passes dim 4, but the plan has 4"),
+        (leaked(|l| l.grid[1] = Product(&[Factor::CeilDiv(1, 0)])), "divides by zero"),
+        (leaked(|l| l.threads = 2048), "2048 threads per block"),
+        (leaked(|l| l.symbol = "a\0b"), "NUL"),
+    ];
+    for (plan, want) in cases {
+        let err = plan.validate().unwrap_err();
+        assert!(matches!(err, Error::InvalidPlan { kernel: "attention", .. }), "{err}");
+        assert!(err.to_string().contains(want), "{err} should mention {want}");
+        assert!(extents(plan, &[1, 1]).is_err());
+    }
+    assert!(leaked(|_| {}).validate().is_ok());
+}
+
+#[test]
+fn a_zero_grid_launches_nothing() {
+    unsafe extern "C" fn must_not_run(_l: *const EmuLaunch, _args: *const *mut c_void) -> c_int {
+        1
+    }
+    let plan = leaked(|l| l.grid[2] = Product(&[Factor::Const(0)]));
+    let ext = extents(plan, &[1, 1]).unwrap();
+    // h=32, s=l=1, d=128: 4096 f16 elements per tensor.
+    let (q, k, mut o) = (vec![0u8; 8192], vec![0u8; 8192], vec![0u8; 8192]);
+    // SAFETY: the buffers hold each tensor's 4096 f16 elements; `must_not_run` is never called.
+    let res = unsafe { host::execute(plan, &[must_not_run], &ext, &[q.as_ptr(), k.as_ptr()], &[o.as_mut_ptr()], 0) };
+    assert!(res.is_ok(), "{res:?}");
+}
