@@ -15,6 +15,10 @@ fn main() {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
+        // A closed pipe (`cleave explain .. | head`) is the reader's choice, not our failure.
+        if msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("cleave: internal error: {msg}{at}");
         std::process::exit(2);

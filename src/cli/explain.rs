@@ -2,8 +2,11 @@
 
 use std::fmt::Write;
 
+use cleave_core::pipeline::{compile, Options};
+use cleave_core::superopt::explain_text;
 use cleave_core::symbolic::{eventually_reduced, symbolize};
 
+use super::schedule::{programs, table};
 use super::{kernel, load, Opts, UserError};
 
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
@@ -63,6 +66,35 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             input.decl.name,
             if dims.is_empty() { "none".to_string() } else { dims.join(", ") }
         );
+    }
+
+    let mut opts = Options::default();
+    if o.switch("no-split") {
+        opts.search.split = false;
+    }
+    match compile(graph, &opts) {
+        Ok(c) => {
+            let _ = writeln!(
+                out,
+                "\n== found graphs ({} in {:.2} s, {} states, stopped: {}) ==",
+                c.search.graphs.len(),
+                c.search.seconds,
+                c.search.states_explored,
+                c.search.stop_reason.name()
+            );
+            out.push_str(&explain_text(&c.search));
+            let _ = writeln!(out, "\n== schedules: cost table ({} configurations tried) ==", c.stats.tried);
+            out.push_str(&table(&c));
+            if !c.stats.rejected.is_empty() {
+                let why: Vec<String> = c.stats.rejected.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+                let _ = writeln!(out, "rejected: {}", why.join("; "));
+            }
+            let _ = writeln!(out, "\n== chosen tile program ==");
+            out.push_str(&programs(&c.ranked[0]));
+        }
+        Err(e) => {
+            let _ = writeln!(out, "\n== pipeline ==\n{e}");
+        }
     }
     print!("{out}");
     Ok(())

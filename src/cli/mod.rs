@@ -1,6 +1,10 @@
 //! Command dispatch and argument parsing.
 
+mod compile;
+mod emit;
 mod explain;
+mod run;
+mod schedule;
 
 use std::path::Path;
 
@@ -10,9 +14,18 @@ const USAGE: &str = "\
 usage: cleave <command> FILE [options]
 
 commands:
-  check FILE                         parse and validate a declaration file
-  explain FILE --kernel NAME         show the parsed and symbolic graphs, the found graphs,
-                                     the chosen schedule and its cost table
+  check FILE                              parse and validate a declaration file
+  search FILE --kernel NAME [--json]      run the algebraic phase: equivalent graphs
+  schedule FILE --kernel NAME [--json]    run the scheduling phase: candidates, best first
+  emit FILE --kernel NAME --target cuda|tilelang|rust --out DIR
+                                          write the generated sources
+  explain FILE --kernel NAME              every stage, readable: graphs, cost table, program
+  run FILE --kernel NAME --backend emulate [--dims s=256,l=512] [--seed N] [--scale X]
+                                          run the generated CUDA on the host emulator against
+                                          the f64 reference; prints max_rel_err=<x> last
+
+options:
+  --no-split                              search without Split-K
 ";
 
 /// A user-facing failure: printed to stderr, exit code 1.
@@ -88,7 +101,12 @@ pub(crate) fn run(args: &[String]) -> i32 {
     };
     let result = match cmd.as_str() {
         "check" => Opts::parse(rest, &[], &[]).and_then(|o| check(&o)),
-        "explain" => Opts::parse(rest, &["kernel"], &[]).and_then(|o| explain::run(&o)),
+        "explain" => Opts::parse(rest, &["kernel"], &["no-split"]).and_then(|o| explain::run(&o)),
+        "schedule" => Opts::parse(rest, &["kernel"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
+        "emit" => Opts::parse(rest, &["kernel", "target", "out"], &["no-split"]).and_then(|o| emit::run(&o)),
+        "run" => {
+            Opts::parse(rest, &["kernel", "backend", "dims", "seed", "scale"], &["no-split"]).and_then(|o| run::run(&o))
+        }
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -67,9 +67,18 @@ __host__ __device__ __forceinline__ long long cleave_ceil_div(long long a, long 
 __host__ __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
 __host__ __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
 __host__ __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
+// IEEE division calls an out-of-line slow path on the device whose calling convention spills
+// registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
+__host__ __device__ __forceinline__ float cleave_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(a, b);
+#else
+  return a / b;
+#endif
+}
 __host__ __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
-__host__ __device__ __forceinline__ float cleave_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__host__ __device__ __forceinline__ float cleave_silu(float x) { return x / (1.0f + expf(-x)); }
+__host__ __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
+__host__ __device__ __forceinline__ float cleave_silu(float x) { return cleave_div(x, 1.0f + expf(-x)); }
 __host__ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 #endif
 "#;
@@ -206,12 +215,9 @@ impl Gen<'_> {
     fn smem_base(&self, b: BufId) -> String {
         let buf = self.k.buf(b);
         match self.staged.iter().find(|(x, _)| *x == b) {
-            Some((_, it)) => format!(
-                "(smem + {} + ({} & 1) * {})",
-                buf.smem_offset,
-                self.iter(*it),
-                geom(buf).stage_bytes
-            ),
+            Some((_, it)) => {
+                format!("(smem + {} + ({} & 1) * {})", buf.smem_offset, self.iter(*it), geom(buf).stage_bytes)
+            }
             None => format!("(smem + {})", buf.smem_offset),
         }
     }
@@ -272,7 +278,7 @@ impl Gen<'_> {
                     UnaryOp::Sqrt => format!("sqrtf({x})"),
                     UnaryOp::Rsqrt => format!("rsqrtf({x})"),
                     UnaryOp::Square => format!("cleave_sq({x})"),
-                    UnaryOp::Recip => format!("(1.0f / {x})"),
+                    UnaryOp::Recip => format!("cleave_div(1.0f, {x})"),
                     UnaryOp::Silu => format!("cleave_silu({x})"),
                     UnaryOp::Sigmoid => format!("cleave_sigmoid({x})"),
                     UnaryOp::Gelu => format!("cleave_gelu({x})"),
@@ -285,7 +291,7 @@ impl Gen<'_> {
                     BinaryOp::Add => format!("({x} + {y})"),
                     BinaryOp::Sub => format!("({x} - {y})"),
                     BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("({x} / {y})"),
+                    BinaryOp::Div => format!("cleave_div({x}, {y})"),
                     BinaryOp::Max => format!("fmaxf({x}, {y})"),
                 }
             }
@@ -391,7 +397,12 @@ impl Gen<'_> {
             _ => ("0.0f", "cleave_add", "cleave::quad_sum"),
         };
         let d = self.buf_name(dst);
-        self.line(&format!("// {} {}= row {}", self.k.buf(dst).name, if acc { "(+)" } else { "" }, if op == ReduceOp::Max { "max" } else { "sum" }));
+        self.line(&format!(
+            "// {} {}= row {}",
+            self.k.buf(dst).name,
+            if acc { "(+)" } else { "" },
+            if op == ReduceOp::Max { "max" } else { "sum" }
+        ));
         self.open_rows();
         self.line(&format!("float part = {init};"));
         self.open_cols(cols);
@@ -424,7 +435,10 @@ impl Gen<'_> {
             self.line("__syncthreads();");
             self.open_rows();
             self.line(&format!("float part = {init};"));
-            self.line(&format!("for (int w = 0; w < {}; ++w) part = {combine}(part, scratch[w * {rows} + row]);", self.k.warps.n));
+            self.line(&format!(
+                "for (int w = 0; w < {}; ++w) part = {combine}(part, scratch[w * {rows} + row]);",
+                self.k.warps.n
+            ));
             if acc {
                 self.line(&format!("{d}[mi][h] = {combine}({d}[mi][h], part);"));
             } else {
@@ -536,7 +550,8 @@ impl Gen<'_> {
     fn address(&self, p: &Param, tm: &TMap, row_var: &str, col_var: &str) -> (String, String) {
         let n = tm.axes.len();
         let stride = |a: usize| -> String {
-            let parts: Vec<String> = p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect();
+            let parts: Vec<String> =
+                p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect();
             if parts.is_empty() {
                 "1LL".into()
             } else {
@@ -585,7 +600,8 @@ impl Gen<'_> {
         self.depth += 1;
         // 16-byte copies need the tile's rows and the tensor's rows to be whole chunks.
         let epc = 16 / dtype.size();
-        let last_static = p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
+        let last_static =
+            p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
         let vector = cols % epc == 0 && last_static.is_some_and(|e| e % epc == 0) && tm.axes.len() == p.shape.len();
         let (idx, ok) = self.address(&p, tm, "r", "c");
         let src = format!("p{}", param.0);
@@ -635,11 +651,19 @@ impl Gen<'_> {
             self.line("const int ni = 0, e = 0, col = 0;");
             self.line("(void)ni; (void)e;");
             let v = self.expr(expr);
-            self.line(&format!("if (t == 0 && wn == 0 && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});", param.0, ctype(p.dtype)));
+            self.line(&format!(
+                "if (t == 0 && wn == 0 && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});",
+                param.0,
+                ctype(p.dtype)
+            ));
         } else {
             self.open_cols(cols);
             let v = self.expr(expr);
-            self.line(&format!("if (col < {cols} && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});", param.0, ctype(p.dtype)));
+            self.line(&format!(
+                "if (col < {cols} && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});",
+                param.0,
+                ctype(p.dtype)
+            ));
             self.close();
         }
         self.close();
@@ -723,7 +747,9 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable, names: &IterNames) -> String
     for d in &k.extents {
         params.push(format!("long long e_{}", ident(&dims.get(*d).name)));
     }
-    let _ = writeln!(g.out, "\nextern \"C\" __global__ void __launch_bounds__({threads}) {}(", k.symbol);
+    // One block per SM is the promise we can keep: without it ptxas trades registers for an
+    // occupancy the plan never assumed, and spills.
+    let _ = writeln!(g.out, "\nextern \"C\" __global__ void __launch_bounds__({threads}, 1) {}(", k.symbol);
     let _ = writeln!(g.out, "    {}) {{", params.join(",\n    "));
     g.depth = 1;
     for (i, p) in k.params.iter().enumerate() {
@@ -756,7 +782,8 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable, names: &IterNames) -> String
 
     // The emulator entry point: unpacks the argument array like cuLaunchKernel's.
     let _ = writeln!(g.out, "\n#ifdef CLEAVE_EMULATE");
-    let _ = writeln!(g.out, "extern \"C\" int cleave_emu_{}(const cleave_emu_launch* L, void* const* args) {{", k.symbol);
+    let _ =
+        writeln!(g.out, "extern \"C\" int cleave_emu_{}(const cleave_emu_launch* L, void* const* args) {{", k.symbol);
     let mut unpack: Vec<String> = k
         .params
         .iter()

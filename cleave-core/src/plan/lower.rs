@@ -107,7 +107,9 @@ fn reject<T>(msg: impl Into<String>) -> Result<T, Reject> {
 pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo, symbol: &str) -> Result<Planned, Reject> {
     assert_eq!(it.kind, LoopKind::Parallel, "the top level is the grid");
     let primary = primary_output(g);
-    let ptm = &it.tmaps[&primary];
+    let Some(ptm) = it.tmaps.get(&primary) else {
+        return reject(format!("the output {} has no tile at the grid level\n{}", primary.0, g.listing()));
+    };
     let rank = ptm.axes.len();
     let row_axes: Vec<AxisRange> = ptm.axes[..rank.saturating_sub(1)].to_vec();
     let rows: u64 = row_axes.iter().map(|a| a.extent).product::<u64>().max(1);

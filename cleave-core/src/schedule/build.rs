@@ -69,9 +69,25 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
         }
         seeds.insert(out.node, tm);
     }
+    // A split part's chunk is valid only inside the chunk and inside the axis it was cut from:
+    // the last part of a ragged split extends past the end. The part index is the grid axis
+    // over the split count.
     let reduced = |node: NodeId| -> Option<AxisRange> {
         let a = reduced_axis(g, node, 0)?;
-        Some(full_range(g, g.shape(g.node(node).args[0])[a]))
+        let d = g.shape(g.node(node).args[0])[a];
+        let mut range = full_range(g, d);
+        if let Dim::Var(v) = d {
+            if let crate::graph::DimKind::SplitChunk { of, count } = g.dims.get(v).kind {
+                if let Some(part) = loops.iter().find(|l| l.dim == count) {
+                    let base = Affine::iter(part.iter, 1).scaled_by(v).expect("a pure iterator offset");
+                    range.limits.push(Limit { base, bound: of });
+                    if !range.limits.iter().any(|l| l.bound == v) {
+                        range.limits.push(Limit { base: Affine::zero(), bound: v });
+                    }
+                }
+            }
+        }
+        Some(range)
     };
     let tmaps = backprop(g, &ops, seeds, &reduced)?;
     let mut top = ItGraph {

@@ -32,6 +32,9 @@ pub struct Cost {
     pub seconds: f64,
 }
 
+/// The fixed cost of one kernel launch on the stream (a few microseconds on current GPUs).
+pub const LAUNCH_SECONDS: f64 = 4e-6;
+
 fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
     dims.get(d).value.div_ceil(tile).max(1)
 }
@@ -55,9 +58,10 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     let per_block_mem = bytes as f64 / arch.dram_bandwidth * slots as f64;
     let per_block_compute = mma as f64 / arch.mma_flops * slots as f64 + simt as f64 / arch.simt_flops * slots as f64;
     // Fixed costs the throughput terms miss: launching a block, and the barriers and copy
-    // latency of every loop iteration (which is what makes tiny tiles slow).
+    // latency of every loop iteration (which is what makes tiny tiles slow); and launching the
+    // kernel at all, which is what a Split-K's second kernel costs.
     let latency = 2e-6 + iterations as f64 * 2e-7;
-    let seconds = waves as f64 * (per_block_mem.max(per_block_compute) + latency);
+    let seconds = LAUNCH_SECONDS + waves as f64 * (per_block_mem.max(per_block_compute) + latency);
     Cost {
         blocks,
         gmem_bytes: bytes * blocks,

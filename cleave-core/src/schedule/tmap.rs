@@ -105,7 +105,9 @@ pub fn operand_tmaps(g: &Graph, node: NodeId, out: &TMap, reduced: Option<&AxisR
             if !limits.iter().any(|l| l.bound == cvar) {
                 limits.push(Limit { base: chunk.offset.clone(), bound: cvar });
             }
-            limits.push(Limit { base: base.clone(), bound: kvar });
+            if !limits.iter().any(|l| l.bound == kvar) {
+                limits.push(Limit { base: base.clone(), bound: kvar });
+            }
             let mut axes: Vec<AxisRange> = out.axes[1..].to_vec();
             axes[a] = AxisRange { offset: base, extent: chunk.extent, limits };
             vec![TMap { axes }]

@@ -1,0 +1,142 @@
+//! The pipeline, as one flat driver: declared graph → search → recovery → scheduling of every
+//! concrete candidate → the best launch. Each stage is a module; this file only sequences them.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::graph::ValidGraph;
+use crate::plan::Launch;
+use crate::schedule::arch::{common, Arch, SM80, SM90};
+use crate::schedule::{candidates, Candidate, ScheduleStats};
+use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
+
+/// Options of a whole compilation.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The algebraic search.
+    pub search: SearchOptions,
+    /// Architectures the kernels must fit (the plan uses the tightest limit of each).
+    pub archs: Vec<Arch>,
+    /// Schedules kept per concrete graph.
+    pub top_k: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { search: SearchOptions::default(), archs: vec![SM80, SM90], top_k: 3 }
+    }
+}
+
+/// One scheduled launch and the graph it came from.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    /// Index of the found graph in the search result (`None`: the declared graph itself).
+    pub graph_index: Option<usize>,
+    /// Split counts of the concrete graph.
+    pub splits: Vec<SplitValue>,
+    /// The schedule.
+    pub candidate: Candidate,
+}
+
+/// The result of compiling one declared kernel.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The declared graph.
+    pub declared: ValidGraph,
+    /// The search.
+    pub search: SearchResult,
+    /// Every launch kept, best first (across all graphs).
+    pub ranked: Vec<Ranked>,
+    /// What the scheduler rejected, summed over graphs.
+    pub stats: ScheduleStats,
+    /// Seconds spent scheduling.
+    pub schedule_seconds: f64,
+}
+
+impl Compiled {
+    /// The chosen launch (the cost model's best).
+    pub fn best(&self) -> &Launch {
+        &self.ranked[0].candidate.launch
+    }
+}
+
+/// Why a kernel could not be compiled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineError {
+    /// The search could not run.
+    #[error("{0}")]
+    Search(#[from] SearchError),
+    /// No graph had a valid schedule.
+    #[error("no schedule fits: {0}")]
+    NoSchedule(String),
+}
+
+/// The stable prefix of a declared kernel's entry points.
+pub fn symbol_prefix(kernel: &str) -> String {
+    format!("cleave_{kernel}")
+}
+
+/// Compiles one declared kernel.
+pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, PipelineError> {
+    let found = search(declared, &opts.search)?;
+    let start = Instant::now();
+    let arch = common(&opts.archs);
+    let prefix = symbol_prefix(&declared.name);
+    // The declared graph is a candidate too: a graph the search never reached (or a plain
+    // matmul that needs no rewriting) must still be schedulable.
+    let mut jobs: Vec<(Option<usize>, Vec<SplitValue>, ValidGraph)> = vec![(None, Vec::new(), declared.clone())];
+    for (gi, fg) in found.graphs.iter().enumerate() {
+        for c in &fg.concrete {
+            jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
+        }
+    }
+    type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), String>);
+    let results: Vec<Job> = jobs
+        .into_par_iter()
+        .map(|(gi, splits, g)| {
+            let r = candidates(&g, &arch, opts.top_k, &prefix);
+            (gi, splits, r)
+        })
+        .collect();
+    let mut ranked = Vec::new();
+    let mut stats = ScheduleStats::default();
+    let mut errors = Vec::new();
+    for (gi, splits, r) in results {
+        match r {
+            Ok((cands, s)) => {
+                stats.tried += s.tried;
+                for (k, n) in s.rejected {
+                    match stats.rejected.iter_mut().find(|(x, _)| *x == k) {
+                        Some((_, m)) => *m += n,
+                        None => stats.rejected.push((k, n)),
+                    }
+                }
+                for c in cands {
+                    ranked.push(Ranked { graph_index: gi, splits: splits.clone(), candidate: c });
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    // Best first; ties keep the search's canonical graph order, so the choice is deterministic.
+    ranked.sort_by(|a, b| {
+        a.candidate
+            .seconds
+            .total_cmp(&b.candidate.seconds)
+            .then_with(|| a.graph_index.cmp(&b.graph_index))
+            .then_with(|| a.splits.iter().map(|s| s.value).cmp(b.splits.iter().map(|s| s.value)))
+    });
+    if ranked.is_empty() {
+        let mut why: Vec<String> = stats.rejected.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+        why.extend(errors);
+        return Err(PipelineError::NoSchedule(why.join("; ")));
+    }
+    Ok(Compiled {
+        declared: declared.clone(),
+        search: found,
+        ranked,
+        stats,
+        schedule_seconds: start.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,22 @@
+//! Shared by the commands that run the pipeline: option parsing and the compile call.
+
+use cleave_core::pipeline::{compile, Compiled, Options};
+use cleave_core::schedule::itgraph::IterNames;
+
+use super::{kernel, load, Opts, UserError};
+
+/// Loads the file, finds the kernel and runs the pipeline on it.
+pub(crate) fn compile_kernel(o: &Opts) -> Result<Compiled, UserError> {
+    let module = load(&o.file)?;
+    let (_, graph) = kernel(&module, o.required("kernel")?)?;
+    let mut opts = Options::default();
+    if o.switch("no-split") {
+        opts.search.split = false;
+    }
+    compile(graph, &opts).map_err(|e| UserError(format!("{}: kernel `{}`: {e}", o.file, graph.name)))
+}
+
+/// Iterator names for printing one kernel's program.
+pub(crate) fn names(it: &cleave_core::schedule::ItGraph) -> IterNames {
+    IterNames::of(it)
+}

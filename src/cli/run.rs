@@ -1,0 +1,95 @@
+//! `cleave run --backend emulate`: builds the generated CUDA for the host emulator, runs it on
+//! seeded random inputs and compares with the f64 reference. Prints `max_rel_err=<x>` last;
+//! exits 1 above the tolerance.
+
+use cleave::emulate;
+use cleave_core::codegen::plan::plan_data;
+use cleave_core::graph::Bindings;
+use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
+
+use super::compile::compile_kernel;
+use super::{Opts, UserError};
+
+/// Tolerance on the max relative error for 16-bit outputs (and for f32 outputs computed from
+/// 16-bit operands, whose products round the same way).
+pub(crate) const TOLERANCE: f64 = 2e-2;
+
+/// Extents for dynamic dims when `--dims` does not name them: small, odd, not a multiple of
+/// any tile size.
+const DEFAULT_EXTENTS: [u64; 4] = [67, 133, 43, 29];
+
+pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
+    match o.value("backend").unwrap_or("emulate") {
+        "emulate" => {}
+        other => return Err(UserError(format!("unknown backend `{other}`; this build supports `emulate`"))),
+    }
+    let seed: u64 = match o.value("seed") {
+        Some(s) => s.parse().map_err(|_| UserError(format!("--seed expects an integer, got `{s}`")))?,
+        None => 1,
+    };
+    let scale: f64 = match o.value("scale") {
+        Some(s) => s
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| UserError(format!("--scale expects a positive number, got `{s}`")))?,
+        None => 1.0,
+    };
+    let c = compile_kernel(o)?;
+    let g = &c.declared;
+    let mut b = Bindings::of_table(&g.dims);
+    let mut k = 0;
+    for (v, d) in g.dims.iter() {
+        if d.dynamic {
+            b.values[v.index()] = DEFAULT_EXTENTS[k % DEFAULT_EXTENTS.len()];
+            k += 1;
+        }
+    }
+    if let Some(spec) = o.value("dims") {
+        for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+            let (name, val) = part
+                .split_once('=')
+                .ok_or_else(|| UserError(format!("--dims expects name=value pairs, got `{part}`")))?;
+            let name = name.trim();
+            let v =
+                g.dims.find(name).ok_or_else(|| UserError(format!("--dims: `{name}` is not a dim of `{}`", g.name)))?;
+            if !g.dims.get(v).dynamic {
+                return Err(UserError(format!(
+                    "--dims: `{name}` is static ({}) and cannot change",
+                    g.dims.get(v).value
+                )));
+            }
+            let x: u64 = val
+                .trim()
+                .parse()
+                .ok()
+                .filter(|x| *x >= 1 && *x < (1 << 31))
+                .ok_or_else(|| UserError(format!("--dims: `{name}` must be an integer in 1..2^31, got `{val}`")))?;
+            b.values[v.index()] = x;
+        }
+    }
+    let launch = c.best();
+    let mut lb = Bindings::of_table(launch.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.complete(launch.dims());
+    let plan = plan_data(launch, &g.name).map_err(|e| UserError(format!("{}: {e}", g.name)))?;
+    let lib = emulate::compile(launch, &plan).map_err(UserError)?;
+    let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
+    let want = eval(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
+    let got = lib.run(launch, &lb, &inputs, seed).map_err(|e| UserError(format!("emulation failed: {e}")))?;
+    let dims: Vec<String> =
+        g.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, d)| format!("{}={}", d.name, b.values[v.index()])).collect();
+    println!("kernel={} dims={} seed={seed} scale={scale} launches={}", g.name, dims.join(","), launch.kernels.len());
+    let mut worst: f64 = 0.0;
+    for ((o, gt), wt) in g.outputs.iter().zip(&got).zip(&want) {
+        let e = max_rel_err(&gt.data, &wt.data);
+        let max_ref = wt.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        println!("output {} ({}): max_rel_err={e:.3e} max|ref|={max_ref:.3e}", o.decl.name, o.decl.dtype);
+        worst = if e.is_nan() || worst.is_nan() { f64::NAN } else { worst.max(e) };
+    }
+    println!("max_rel_err={worst:.6e}");
+    if worst.is_nan() || worst > TOLERANCE {
+        return Err(UserError(format!("max_rel_err {worst:.3e} exceeds the tolerance {TOLERANCE:e}")));
+    }
+    Ok(())
+}

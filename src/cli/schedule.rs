@@ -1,0 +1,169 @@
+//! `cleave schedule`: the scheduling phase's candidates, best first.
+
+use std::fmt::Write;
+
+use cleave_core::graph::{Dim, DimTable};
+use cleave_core::pipeline::{Compiled, Ranked};
+use cleave_core::plan::{ShowKernel, Stmt};
+use cleave_core::schedule::tmap::reduced_dim;
+use serde_json::{json, Value};
+
+use super::compile::{compile_kernel, names};
+use super::{Opts, UserError};
+
+pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
+    let c = compile_kernel(o)?;
+    if o.switch("json") {
+        println!("{}", serde_json::to_string_pretty(&to_json(&c)).unwrap_or_default());
+    } else {
+        print!("{}", table(&c));
+        println!("\nchosen program:");
+        print!("{}", programs(&c.ranked[0]));
+    }
+    Ok(())
+}
+
+/// The tile programs of one candidate, kernel by kernel.
+pub(crate) fn programs(r: &Ranked) -> String {
+    let l = &r.candidate.launch;
+    let mut out = String::new();
+    for (k, (_, it)) in l.kernels.iter().zip(&l.schedules) {
+        let n = names(it);
+        let _ = writeln!(out, "# {}", k.symbol);
+        let _ = write!(out, "{}", ShowKernel { kernel: k, dims: l.dims(), names: &n });
+    }
+    out
+}
+
+/// The cost table of every kept candidate.
+pub(crate) fn table(c: &Compiled) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>4}  {:>10}  {:<10} {:>7}  {:>9}  {:>5}  {:>11}  graph",
+        "rank", "est. us", "split", "kernels", "smem KiB", "regs", "GMEM MiB"
+    );
+    for (i, r) in c.ranked.iter().enumerate() {
+        let l = &r.candidate.launch;
+        let smem: Vec<String> = l.kernels.iter().map(|k| format!("{:.0}", k.smem_bytes as f64 / 1024.0)).collect();
+        let regs: Vec<String> = l.registers.iter().map(|x| x.to_string()).collect();
+        let gmem: f64 = r.candidate.costs.iter().map(|c| c.gmem_bytes as f64).sum::<f64>() / (1 << 20) as f64;
+        let split = if r.splits.is_empty() {
+            "-".to_string()
+        } else {
+            r.splits.iter().map(|s| format!("{}={}", s.name, s.value)).collect::<Vec<_>>().join(",")
+        };
+        let g = &l.graph;
+        let graph =
+            g.outputs.iter().map(|o| format!("{} = {}", o.decl.name, g.expr(o.node))).collect::<Vec<_>>().join("; ");
+        let _ = writeln!(
+            out,
+            "{i:>4}  {:>10.2}  {split:<10} {:>7}  {:>9}  {:>5}  {gmem:>11.1}  {graph}",
+            r.candidate.seconds * 1e6,
+            l.kernels.len(),
+            smem.join("+"),
+            regs.join("+"),
+        );
+    }
+    out
+}
+
+fn extent(dims: &DimTable, d: cleave_core::graph::DimVar, tile: u64) -> Value {
+    let info = dims.get(d);
+    if info.dynamic {
+        Value::String(format!("ceil({}/{tile})", info.name))
+    } else {
+        json!(info.value.div_ceil(tile))
+    }
+}
+
+fn tile_config(r: &Ranked, k: usize) -> Value {
+    let l = &r.candidate.launch;
+    let (cfg, _) = &l.schedules[k];
+    let dims = l.dims();
+    let out: serde_json::Map<String, Value> =
+        cfg.out.iter().map(|(v, t)| (dims.get(*v).name.clone(), json!(t))).collect();
+    // The kernel graph of kernel `k` numbers nodes in its own arena; describe reductions by
+    // their op and reduced dim, which is what a reader needs.
+    let kernels = cleave_core::plan::partition(&l.graph).ok();
+    let red: Vec<Value> = cfg
+        .red
+        .iter()
+        .map(|(n, t)| {
+            let (op, dim) = kernels
+                .as_ref()
+                .and_then(|p| p.kernels.get(k))
+                .map(|kg| {
+                    let g = &kg.graph;
+                    let op = g.node(*n).op.name().to_string();
+                    let dim = match reduced_dim(g, *n) {
+                        Some(Dim::Var(v)) => g.dims.get(v).name.clone(),
+                        _ => "1".into(),
+                    };
+                    (op, dim)
+                })
+                .unwrap_or_default();
+            json!({ "op": op, "dim": dim, "tile": t })
+        })
+        .collect();
+    json!({ "output": out, "reduction": red, "warps": cfg.warps })
+}
+
+/// The `cleave schedule --json` document.
+pub(crate) fn to_json(c: &Compiled) -> Value {
+    let candidates: Vec<Value> = c
+        .ranked
+        .iter()
+        .map(|r| {
+            let l = &r.candidate.launch;
+            let g = &l.graph;
+            let kernels: Vec<Value> = l
+                .kernels
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let (_, it) = &l.schedules[i];
+                    let n = names(it);
+                    let grid: Vec<Value> = k.grid.iter().map(|a| extent(l.dims(), a.dim, a.tile)).collect();
+                    let loops = count_loops(&k.body);
+                    json!({
+                        "symbol": k.symbol,
+                        "grid": grid,
+                        "threads": k.warps.threads(),
+                        "tile_config": tile_config(r, i),
+                        "smem_bytes": k.smem_bytes,
+                        "gmem_bytes": r.candidate.costs[i].gmem_bytes,
+                        "registers": l.registers[i],
+                        "loops": loops,
+                        "estimated_seconds": r.candidate.costs[i].seconds,
+                        "program": ShowKernel { kernel: k, dims: l.dims(), names: &n }.to_string(),
+                    })
+                })
+                .collect();
+            json!({
+                "graph": g.outputs.iter().map(|o| format!("{} = {}", o.decl.name, g.expr(o.node))).collect::<Vec<_>>().join("; "),
+                "has_split": g.has_split(),
+                "split_counts": r.splits.iter().map(|s| json!({ "name": s.name, "value": s.value })).collect::<Vec<_>>(),
+                "estimated_seconds": r.candidate.seconds,
+                "kernels": kernels,
+            })
+        })
+        .collect();
+    json!({
+        "kernel": c.declared.name,
+        "seconds": c.search.seconds + c.schedule_seconds,
+        "search_seconds": c.search.seconds,
+        "schedule_seconds": c.schedule_seconds,
+        "configs_tried": c.stats.tried,
+        "candidates": candidates,
+    })
+}
+
+fn count_loops(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Loop { body, .. } => 1 + count_loops(body),
+            _ => 0,
+        })
+        .sum()
+}
