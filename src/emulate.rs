@@ -119,7 +119,9 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
     };
     Box::leak(Box::new(LaunchPlan {
         kernel: leak_str(&p.kernel),
-        dims: leak(p.dims.iter().map(|d| DimSpec { name: leak_str(&d.name), value: d.value, dynamic: d.dynamic }).collect()),
+        dims: leak(
+            p.dims.iter().map(|d| DimSpec { name: leak_str(&d.name), value: d.value, dynamic: d.dynamic }).collect(),
+        ),
         inputs: leak(p.inputs.iter().map(tensor).collect()),
         outputs: leak(p.outputs.iter().map(tensor).collect()),
         workspaces: leak(p.workspaces.iter().map(|(b, f)| WorkspaceSpec { elem_bytes: *b, len: product(f) }).collect()),
@@ -158,8 +160,12 @@ fn to_bytes(dtype: DType, data: &[f64]) -> Vec<u8> {
 
 fn from_bytes(dtype: DType, b: &[u8]) -> Vec<f64> {
     match dtype {
-        DType::F16 => b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
-        DType::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::F16 => {
+            b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect()
+        }
+        DType::BF16 => {
+            b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect()
+        }
         DType::F32 => b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
     }
 }
@@ -172,7 +178,13 @@ impl HostLibrary {
 
     /// Runs the launch on inputs (graph input order) at the given extents (one per dim of the
     /// launch's table; split chunks are derived). Returns the outputs.
-    pub fn run(&self, launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>, String> {
+    pub fn run(
+        &self,
+        launch: &Launch,
+        bindings: &Bindings,
+        inputs: &[Tensor],
+        seed: u64,
+    ) -> Result<Vec<Tensor>, String> {
         let g = &launch.graph;
         let mut fns: Vec<EmuFn> = Vec::new();
         for l in self.plan.launches {

@@ -9,7 +9,8 @@ use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
 use cleave_core::schedule::{candidates, SM80};
 
 fn forms() -> Vec<ValidGraph> {
-    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/cleave-core/tests/forms/transformed.yaml")).expect("fixture");
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/cleave-core/tests/forms/transformed.yaml"))
+        .expect("fixture");
     check_source(&text).expect("forms check").kernels.into_iter().map(|(_, g)| g).collect()
 }
 
@@ -17,7 +18,13 @@ fn forms() -> Vec<ValidGraph> {
 fn transformed_forms_run_on_the_emulator() {
     let mut failures = Vec::new();
     for g in forms() {
-        let scale = if g.name.contains("fa") { 11.0 } else if g.name.contains("softmax") { 100.0 } else { 1.0 };
+        let scale = if g.name.contains("fa") {
+            11.0
+        } else if g.name.contains("softmax") {
+            100.0
+        } else {
+            1.0
+        };
         let (cands, stats) = candidates(&g, &SM80, 1, &format!("cleave_{}", g.name)).expect("schedules");
         let launch = &cands.first().unwrap_or_else(|| panic!("{}: {stats:?}", g.name)).launch;
         let plan = plan_data(launch, &g.name).expect("plan");

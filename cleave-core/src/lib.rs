@@ -22,7 +22,14 @@
 //! specification, and every later stage must agree with it. Inputs and outputs have a storage
 //! dtype; everything in between is computed with f32 accumulation.
 
+pub mod codegen;
 pub mod front;
 pub mod graph;
+pub mod hash;
+pub mod pipeline;
+pub mod plan;
 pub mod reference;
+pub mod schedule;
+pub mod superopt;
 pub mod symbolic;
+pub mod toolchain;

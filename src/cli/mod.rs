@@ -5,6 +5,7 @@ mod emit;
 mod explain;
 mod run;
 mod schedule;
+mod search;
 
 use std::path::Path;
 
@@ -102,6 +103,8 @@ pub(crate) fn run(args: &[String]) -> i32 {
     let result = match cmd.as_str() {
         "check" => Opts::parse(rest, &[], &[]).and_then(|o| check(&o)),
         "explain" => Opts::parse(rest, &["kernel"], &["no-split"]).and_then(|o| explain::run(&o)),
+        "search" => Opts::parse(rest, &["kernel", "max-ops", "max-states", "time-limit"], &["json", "no-split"])
+            .and_then(|o| search::run(&o)),
         "schedule" => Opts::parse(rest, &["kernel"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
         "emit" => Opts::parse(rest, &["kernel", "target", "out"], &["no-split"]).and_then(|o| emit::run(&o)),
         "run" => {

@@ -3,10 +3,11 @@
 //! Options beyond the contract: `--max-ops N` (size bound), `--max-states N`,
 //! `--time-limit SECONDS`, and the switch `--no-split`.
 
+use std::io::Write;
 use std::time::Duration;
 
 use cleave_core::graph::ValidGraph;
-use cleave_core::superopt::{explain_text, search as run_search, summary_text, to_json, SearchOptions, SearchResult};
+use cleave_core::superopt::{search as run_search, summary_text, to_json, SearchOptions, SearchResult};
 
 use super::{kernel, load, Opts, UserError};
 
@@ -43,23 +44,10 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let module = load(&o.file)?;
     let (_, graph) = kernel(&module, o.required("kernel")?)?;
     let result = search_kernel(graph, &options(o)?)?;
-    if o.switch("json") {
-        println!("{}", to_json(&result));
-    } else {
-        print!("{}", summary_text(&result));
+    let text = if o.switch("json") { to_json(&result) + "\n" } else { summary_text(&result) };
+    // A closed pipe (`| head`) is not an error of the search; anything else is reported.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(UserError(format!("cannot write the result: {e}"))),
+        _ => Ok(()),
     }
-    Ok(())
-}
-
-/// The found graphs of a kernel in infix form, for `cleave explain`.
-pub(crate) fn explain_section(graph: &ValidGraph) -> Result<String, UserError> {
-    let result = search_kernel(graph, &SearchOptions::default())?;
-    let mut out = format!(
-        "{} equivalent graph(s), {} states explored, stopped: {}\n",
-        result.graphs.len(),
-        result.states_explored,
-        result.stop_reason.name()
-    );
-    out.push_str(&explain_text(&result));
-    Ok(out)
 }

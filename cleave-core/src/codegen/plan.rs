@@ -92,7 +92,10 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, String> {
     let kept: Vec<DimVar> =
         dims.iter().filter(|(_, d)| !matches!(d.kind, DimKind::SplitChunk { .. })).map(|(v, _)| v).collect();
     let index = |v: DimVar| -> Result<u16, String> {
-        kept.iter().position(|x| *x == v).map(|i| i as u16).ok_or_else(|| format!("dim {} is not passed to kernels", dims.get(v).name))
+        kept.iter()
+            .position(|x| *x == v)
+            .map(|i| i as u16)
+            .ok_or_else(|| format!("dim {} is not passed to kernels", dims.get(v).name))
     };
     let factor = |d: Dim| -> Result<FactorData, String> {
         match d {
@@ -106,8 +109,10 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, String> {
         Ok(TensorData { name: name.to_string(), dtype, shape })
     };
     let g = &launch.graph;
-    let inputs = g.inputs.iter().map(|i| tensor(&i.decl.name, i.decl.dtype, &i.decl.shape)).collect::<Result<_, _>>()?;
-    let outputs = g.outputs.iter().map(|o| tensor(&o.decl.name, o.decl.dtype, &o.decl.shape)).collect::<Result<_, _>>()?;
+    let inputs =
+        g.inputs.iter().map(|i| tensor(&i.decl.name, i.decl.dtype, &i.decl.shape)).collect::<Result<_, _>>()?;
+    let outputs =
+        g.outputs.iter().map(|o| tensor(&o.decl.name, o.decl.dtype, &o.decl.shape)).collect::<Result<_, _>>()?;
     let workspaces = launch
         .workspaces
         .iter()
@@ -176,7 +181,12 @@ impl PlanData {
                     Some(d) => format!("{rt}::Axis::Dim({d})"),
                 })
                 .collect();
-            format!("{rt}::TensorSpec {{ name: {:?}, dtype: {}, shape: &[{}] }}", t.name, dtype(t.dtype), axes.join(", "))
+            format!(
+                "{rt}::TensorSpec {{ name: {:?}, dtype: {}, shape: &[{}] }}",
+                t.name,
+                dtype(t.dtype),
+                axes.join(", ")
+            )
         };
         let mut s = String::new();
         let _ = writeln!(s, "{rt}::LaunchPlan {{");

@@ -1,1 +1,529 @@
-//! The Rust-token front end: `kernel! { name: .., dims: {..}, .. }` to a [`KernelDecl`].
+//! The Rust-token front end: the inline form of `cleave::kernel!` to a [`KernelDecl`].
+//!
+//! ```text
+//! name: swiglu,
+//! dims: { t: dyn 256, k: 4096, f: 14336 },
+//! inputs: { x: f16[t, k], w1: f16[k, f], w2: f16[k, f] },
+//! outputs: { y: f16[t, f] },
+//! body: { y = silu(matmul(x, w1)) * matmul(x, w2) }
+//! ```
+//!
+//! The fields mirror `kernels.yaml` and may come in any order. `dyn N` marks a runtime axis
+//! whose representative extent is `N`. The body is the expression language of the YAML form:
+//! its tokens are written out as text and go through the same parser, so both front ends accept
+//! exactly the same bodies. Statements are separated by `;` or simply follow each other
+//! (`a = .. b = ..`), because token streams carry no line breaks.
+//!
+//! Token streams have no file positions on stable Rust, so every part of the declaration gets a
+//! synthetic [`Pos`]: the fields on line 1 (one column per recorded token) and the body on line
+//! 2 (one column per character of its text). The [`SpanMap`] sends any position a
+//! [`Diagnostic`](super::Diagnostic) carries back to the span of the token it points into, so
+//! the macro reports every error of [`lower`](super::lower) at the right token. The same parser
+//! serves the proc macro and the build script's source scan.
+
+use proc_macro2::{Delimiter, Spacing, Span, TokenStream, TokenTree};
+
+use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
+use super::diag::{Pos, PosMap};
+
+/// The line of the synthetic positions given to the fields of a declaration.
+const HEADER_LINE: u32 = 1;
+/// The line of the synthetic positions given to the characters of the body.
+const BODY_LINE: u32 = 2;
+
+/// A declaration parsed from tokens, with the way back from positions to spans.
+#[derive(Clone, Debug)]
+pub struct Parsed {
+    /// The declaration, with synthetic positions.
+    pub decl: KernelDecl,
+    /// Positions to token spans.
+    pub spans: SpanMap,
+}
+
+/// Maps the synthetic positions of a [`Parsed`] declaration to token spans.
+#[derive(Clone, Debug)]
+pub struct SpanMap {
+    /// The span of header column `i + 1`.
+    header: Vec<Span>,
+    /// Body tokens: first column, one past the last column, span.
+    body: Columns,
+    /// Where an error about the body as a whole points (its braces).
+    body_span: Span,
+    /// Where an error about the declaration as a whole points.
+    whole: Span,
+}
+
+impl SpanMap {
+    /// The span of the token a position points into. Positions past the last body token map to
+    /// that token; positions that name no token map to the declaration as a whole.
+    pub fn span(&self, pos: Pos) -> Span {
+        match pos.line {
+            HEADER_LINE => {
+                pos.col.checked_sub(1).and_then(|i| self.header.get(i as usize)).copied().unwrap_or(self.whole)
+            }
+            BODY_LINE => {
+                // The last token starting at or before the column: an offset between two tokens
+                // (or past the end) belongs to the token before it.
+                match self.body.iter().rev().find(|(start, _, _)| *start <= pos.col) {
+                    Some((_, _, span)) => *span,
+                    None => self.body.first().map_or(self.body_span, |t| t.2),
+                }
+            }
+            _ => self.whole,
+        }
+    }
+
+    /// The span of the declaration as a whole.
+    pub fn whole(&self) -> Span {
+        self.whole
+    }
+}
+
+/// The one-identifier form `kernel!(name)`: the name, if that is what the tokens are.
+pub fn reference(tokens: &TokenStream) -> Option<proc_macro2::Ident> {
+    let mut iter = flatten(tokens.clone()).into_iter();
+    match (iter.next(), iter.next()) {
+        (Some(TokenTree::Ident(name)), None) => Some(name),
+        _ => None,
+    }
+}
+
+/// Parses the inline form. The error points at the offending token; checking the declaration
+/// itself (names, shapes, the body) is [`lower`](super::lower)'s job, whose positions
+/// [`Parsed::spans`] maps back.
+pub fn parse(tokens: TokenStream) -> syn::Result<Parsed> {
+    let tokens = flatten(tokens);
+    // In a proc macro the call site is the whole invocation: where "the declaration is missing
+    // `body`" belongs.
+    let whole = Span::call_site();
+    let mut p = Parser { header: Vec::new(), whole };
+    let (decl, body, body_span) = p.declaration(&tokens)?;
+    Ok(Parsed { decl, spans: SpanMap { header: p.header, body, body_span, whole } })
+}
+
+/// A stable fingerprint of a declaration as written, independent of where it is written: the
+/// same inline declaration hashes the same in the proc macro and in the build script's scan, and
+/// any change to a name, dim, type or the body changes it.
+pub fn fingerprint(decl: &KernelDecl) -> String {
+    crate::hash::hex(&[b"cleave-declaration-v1", canonical(decl).as_bytes()])
+}
+
+/// The declaration as text without positions: what [`fingerprint`] hashes, and what cache keys
+/// of the build are made of.
+pub fn canonical(decl: &KernelDecl) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "name {}", decl.name);
+    for d in &decl.dims {
+        let _ = writeln!(s, "dim {} {} {}", d.name, d.value, if d.dynamic { "dynamic" } else { "static" });
+    }
+    let tensor = |s: &mut String, role: &str, t: &TensorSrc| {
+        let axes: Vec<&str> = t.shape.iter().map(|a| a.name.as_str()).collect();
+        let _ = write!(s, "{role} {} {}[{}]", t.name, t.dtype, axes.join(", "));
+        if let Some(r) = &t.reduce {
+            let names: Vec<&str> = r.iter().map(|a| a.name.as_str()).collect();
+            let _ = write!(s, " reduce [{}]", names.join(", "));
+        }
+        s.push('\n');
+    };
+    for t in &decl.inputs {
+        tensor(&mut s, "input", t);
+    }
+    for t in &decl.outputs {
+        tensor(&mut s, "output", t);
+    }
+    // The body as its tokens: spacing (which differs between the source and a token stream)
+    // does not change the declaration.
+    match super::expr::lex(&decl.body.text) {
+        Ok(toks) => {
+            let toks: Vec<String> = toks.iter().map(|(t, _)| format!("{t:?}")).collect();
+            let _ = write!(s, "body {}", toks.join(" "));
+        }
+        Err(_) => {
+            let _ = write!(s, "body-text {}", decl.body.text);
+        }
+    }
+    s
+}
+
+/// Removes invisible groups (which `macro_rules!` wraps around forwarded fragments), so that
+/// a declaration passed through another macro parses like one written directly.
+fn flatten(tokens: TokenStream) -> Vec<TokenTree> {
+    let mut out = Vec::new();
+    for t in tokens {
+        match t {
+            TokenTree::Group(g) if g.delimiter() == Delimiter::None => out.extend(flatten(g.stream())),
+            t => out.push(t),
+        }
+    }
+    out
+}
+
+fn error<T>(span: Span, message: impl std::fmt::Display) -> syn::Result<T> {
+    Err(syn::Error::new(span, message))
+}
+
+/// The fields of the inline form, in the order the error messages list them.
+const FIELDS: [&str; 5] = ["name", "dims", "inputs", "outputs", "body"];
+
+/// Body tokens: first column, one past the last column, span.
+type Columns = Vec<(u32, u32, Span)>;
+
+/// The parsed body: the declaration, the body's token columns and the body's span.
+type DeclParts = (KernelDecl, Columns, Span);
+
+struct Parser {
+    header: Vec<Span>,
+    whole: Span,
+}
+
+impl Parser {
+    /// Records a token and returns its synthetic position.
+    fn at(&mut self, span: Span) -> Pos {
+        self.header.push(span);
+        Pos::new(HEADER_LINE, self.header.len() as u32)
+    }
+
+    fn declaration(&mut self, tokens: &[TokenTree]) -> syn::Result<DeclParts> {
+        let decl_pos = self.at(self.whole);
+        let mut seen: [Option<Span>; 5] = [None; 5];
+        let mut name = None;
+        let mut dims = None;
+        let mut inputs = None;
+        let mut outputs = None;
+        let mut body = None;
+        for entry in split_commas(tokens) {
+            let (key, value) = match entry {
+                [TokenTree::Ident(key), TokenTree::Punct(colon), value @ ..] if colon.as_char() == ':' => (key, value),
+                [TokenTree::Ident(key), ..] if FIELDS.contains(&key.to_string().as_str()) => {
+                    return error(key.span(), format!("expected `:` after `{key}`"));
+                }
+                [first, ..] => {
+                    return error(
+                        first.span(),
+                        format!("expected a field `name: value` (one of {}), found `{first}`", FIELDS.join(", ")),
+                    );
+                }
+                [] => continue,
+            };
+            let key_text = key.to_string();
+            let Some(index) = FIELDS.iter().position(|f| *f == key_text) else {
+                return error(key.span(), format!("unknown field `{key_text}`; expected one of {}", FIELDS.join(", ")));
+            };
+            if seen[index].is_some() {
+                return error(key.span(), format!("field `{key_text}` is given twice"));
+            }
+            seen[index] = Some(key.span());
+            if value.is_empty() {
+                return error(key.span(), format!("field `{key_text}` has no value"));
+            }
+            match index {
+                0 => name = Some(self.name(value)?),
+                1 => dims = Some(self.dims(key.span(), value)?),
+                2 => inputs = Some(self.tensors(key.span(), value, "inputs")?),
+                3 => outputs = Some(self.tensors(key.span(), value, "outputs")?),
+                _ => body = Some(body_of(key.span(), value)?),
+            }
+        }
+        let missing = |field: &str, example: &str| {
+            syn::Error::new(self.whole, format!("the declaration is missing `{field}`, e.g. `{field}: {example}`"))
+        };
+        let (name, name_pos) = name.ok_or_else(|| missing("name", "my_kernel"))?;
+        let dims = dims.ok_or_else(|| missing("dims", "{ s: dyn 4096, d: 128 }"))?;
+        let inputs = inputs.ok_or_else(|| missing("inputs", "{ x: f16[s, d] }"))?;
+        let outputs = outputs.ok_or_else(|| missing("outputs", "{ y: f16[s, d] }"))?;
+        let (text, columns, body_span) = body.ok_or_else(|| missing("body", "{ y = exp(x) }"))?;
+        let map = PosMap::from_lines(vec![(0, Pos::new(BODY_LINE, 1))]);
+        let decl = KernelDecl { name, name_pos, pos: decl_pos, dims, inputs, outputs, body: Body { text, map } };
+        Ok((decl, columns, body_span))
+    }
+
+    fn name(&mut self, value: &[TokenTree]) -> syn::Result<(String, Pos)> {
+        match value {
+            [TokenTree::Ident(name)] => Ok((name.to_string(), self.at(name.span()))),
+            [first, ..] => error(first.span(), "the kernel name must be an identifier, e.g. `name: attention`"),
+            [] => error(self.whole, "the kernel name is missing"),
+        }
+    }
+
+    /// `{ s: dyn 4096, d: 128, .. }`
+    fn dims(&mut self, key: Span, value: &[TokenTree]) -> syn::Result<Vec<DimDecl>> {
+        let inner = braced(key, value, "dims", "{ s: dyn 4096, d: 128 }")?;
+        let mut out = Vec::new();
+        for entry in split_commas(&inner) {
+            let (name, rest) = named_entry(entry, "a dim", "s: dyn 4096")?;
+            let pos = self.at(name.span());
+            let (dynamic, rest) = match rest {
+                [TokenTree::Ident(d), rest @ ..] if d == "dyn" => {
+                    if rest.is_empty() {
+                        return error(
+                            d.span(),
+                            format!(
+                                "dynamic dim `{name}` needs a representative extent to schedule for, e.g. `{name}: dyn 4096`"
+                            ),
+                        );
+                    }
+                    (true, rest)
+                }
+                rest => (false, rest),
+            };
+            let (value, value_span) = integer(&name.to_string(), rest)?;
+            let value_pos = self.at(value_span);
+            out.push(DimDecl { name: name.to_string(), pos, value, value_pos, dynamic });
+        }
+        Ok(out)
+    }
+
+    /// `{ x: f16[s, d], .. }`
+    fn tensors(&mut self, key: Span, value: &[TokenTree], what: &str) -> syn::Result<Vec<TensorSrc>> {
+        let inner = braced(key, value, what, "{ x: f16[s, d] }")?;
+        let mut out = Vec::new();
+        for entry in split_commas(&inner) {
+            let (name, rest) = named_entry(entry, "a tensor", "x: f16[s, d]")?;
+            let pos = self.at(name.span());
+            let (dtype, shape) = match rest {
+                [TokenTree::Ident(dtype), TokenTree::Group(shape)] if shape.delimiter() == Delimiter::Bracket => {
+                    (dtype, shape)
+                }
+                [first, ..] => {
+                    return error(
+                        first.span(),
+                        format!("the type of `{name}` must look like `f16[s, d]` (a dtype, then its dims in brackets)"),
+                    );
+                }
+                [] => return error(name.span(), format!("`{name}` has no type; write e.g. `{name}: f16[s, d]`")),
+            };
+            let dtype_pos = self.at(dtype.span());
+            let mut axes = Vec::new();
+            let shape_tokens = flatten(shape.stream());
+            for axis in split_commas(&shape_tokens) {
+                let (text, span) = match axis {
+                    [TokenTree::Ident(dim)] => (dim.to_string(), dim.span()),
+                    [TokenTree::Literal(lit)] => (lit.to_string(), lit.span()),
+                    [first, ..] => {
+                        return error(
+                            first.span(),
+                            format!("each axis of `{name}` must be a dim name or `1`, found `{}`", join(axis)),
+                        );
+                    }
+                    [] => return error(shape.span(), format!("empty axis in the shape of `{name}`")),
+                };
+                axes.push(AxisDecl { name: text, pos: self.at(span) });
+            }
+            out.push(TensorSrc {
+                name: name.to_string(),
+                pos,
+                dtype: dtype.to_string(),
+                dtype_pos,
+                shape: axes,
+                reduce: None,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The tokens inside the `{ .. }` value of a field.
+fn braced(key: Span, value: &[TokenTree], field: &str, example: &str) -> syn::Result<Vec<TokenTree>> {
+    match value {
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::Brace => Ok(flatten(g.stream())),
+        [first, ..] => error(first.span(), format!("`{field}` must be a braced list, e.g. `{field}: {example}`")),
+        [] => error(key, format!("`{field}` has no value")),
+    }
+}
+
+/// `name: rest` inside a braced list.
+fn named_entry<'t>(
+    entry: &'t [TokenTree],
+    what: &str,
+    example: &str,
+) -> syn::Result<(&'t proc_macro2::Ident, &'t [TokenTree])> {
+    match entry {
+        [TokenTree::Ident(name), TokenTree::Punct(colon), rest @ ..] if colon.as_char() == ':' => Ok((name, rest)),
+        [first, ..] => error(first.span(), format!("expected {what} as `{example}`, found `{}`", join(entry))),
+        [] => unreachable!("split_commas yields no empty entries"),
+    }
+}
+
+/// A dim extent: an integer literal, optionally negated (which `lower` then rejects with its
+/// usual message).
+fn integer(dim: &str, tokens: &[TokenTree]) -> syn::Result<(i128, Span)> {
+    let (negative, lit) = match tokens {
+        [TokenTree::Literal(lit)] => (false, lit),
+        [TokenTree::Punct(minus), TokenTree::Literal(lit)] if minus.as_char() == '-' => (true, lit),
+        [first, ..] => {
+            return error(
+                first.span(),
+                format!("dim `{dim}` must be an integer extent (or `dyn N`), found `{}`", join(tokens)),
+            )
+        }
+        [] => unreachable!("named_entry leaves at least the value"),
+    };
+    let text = lit.to_string().replace('_', "");
+    let parsed =
+        if let Some(hex) = text.strip_prefix("0x") { i128::from_str_radix(hex, 16) } else { text.parse::<i128>() };
+    match parsed {
+        Ok(v) => Ok((if negative { -v } else { v }, lit.span())),
+        Err(e) if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) => {
+            error(lit.span(), format!("dim `{dim}` = {text} is too large"))
+        }
+        Err(_) => error(lit.span(), format!("dim `{dim}` must be a positive integer without a suffix, found `{lit}`")),
+    }
+}
+
+/// The body `{ .. }` as text, with the columns and span of each token.
+fn body_of(key: Span, value: &[TokenTree]) -> syn::Result<(String, Columns, Span)> {
+    let group = match value {
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::Brace => g,
+        [first, ..] => {
+            return error(first.span(), "`body` must be a braced list of assignments, e.g. `body: { y = exp(x) }`")
+        }
+        [] => return error(key, "`body` has no value"),
+    };
+    let mut w = BodyWriter { text: String::new(), columns: Vec::new(), glue: false };
+    w.write(&flatten(group.stream()))?;
+    Ok((w.text, w.columns, group.span()))
+}
+
+/// Writes body tokens as expression-language text, one space between tokens except after a
+/// joint punctuation character, so that `==` and `**` reach the lexer as written and get its
+/// messages.
+struct BodyWriter {
+    text: String,
+    /// First column, one past the last column, and span of each token written.
+    columns: Columns,
+    /// The previous token was joint punctuation: the next one follows without a space.
+    glue: bool,
+}
+
+impl BodyWriter {
+    fn push(&mut self, piece: &str, span: Span, joint: bool) {
+        // Spaced like hand-written code: `f(x, y)`, so the text reads well in generated docs.
+        let call = piece == "(" && self.text.ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let tight = self.glue || call || self.text.ends_with('(') || piece == ")" || piece == ",";
+        if !self.text.is_empty() && !tight {
+            self.text.push(' ');
+        }
+        let start = self.text.chars().count() as u32 + 1;
+        self.text.push_str(piece);
+        self.columns.push((start, start + piece.chars().count() as u32, span));
+        self.glue = joint;
+    }
+
+    fn write(&mut self, tokens: &[TokenTree]) -> syn::Result<()> {
+        for t in tokens {
+            match t {
+                TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), false),
+                TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), false),
+                TokenTree::Punct(p) => self.push(&p.as_char().to_string(), p.span(), p.spacing() == Spacing::Joint),
+                TokenTree::Group(g) => match g.delimiter() {
+                    Delimiter::Parenthesis => {
+                        self.push("(", g.span_open(), false);
+                        self.write(&flatten(g.stream()))?;
+                        self.push(")", g.span_close(), false);
+                    }
+                    Delimiter::None => self.write(&flatten(g.stream()))?,
+                    Delimiter::Bracket | Delimiter::Brace => {
+                        let open = if g.delimiter() == Delimiter::Bracket { '[' } else { '{' };
+                        return error(
+                            g.span_open(),
+                            format!("`{open}` is not part of the body language (use `( )` to group expressions)"),
+                        );
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits tokens at top-level commas, dropping empty pieces (a trailing comma).
+fn split_commas(tokens: &[TokenTree]) -> Vec<&[TokenTree]> {
+    tokens.split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ',')).filter(|piece| !piece.is_empty()).collect()
+}
+
+/// Tokens as text, for messages.
+fn join(tokens: &[TokenTree]) -> String {
+    tokens.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::lower;
+
+    fn tokens(text: &str) -> TokenStream {
+        text.parse().expect("tokens")
+    }
+
+    const SWIGLU: &str = "name: swiglu,
+        dims: { t: dyn 256, k: 4096, f: 14336 },
+        inputs: { x: f16[t, k], w1: f16[k, f], w2: f16[k, f] },
+        outputs: { y: f16[t, f] },
+        body: { y = silu(matmul(x, w1)) * matmul(x, w2) }";
+
+    #[test]
+    fn the_inline_form_lowers_like_the_yaml_form() {
+        let p = parse(tokens(SWIGLU)).unwrap();
+        assert_eq!(p.decl.name, "swiglu");
+        assert_eq!(p.decl.dims.len(), 3);
+        assert!(p.decl.dims[0].dynamic && !p.decl.dims[1].dynamic);
+        assert_eq!(p.decl.dims[2].value, 14336);
+        assert_eq!(p.decl.body.text, "y = silu(matmul(x, w1)) * matmul(x, w2)");
+        assert_eq!(p.decl.inputs[1].shape.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["k", "f"]);
+        let g = lower(&p.decl).unwrap();
+        assert_eq!(g.inputs.len(), 3);
+
+        let yaml = "kernels:\n  - name: swiglu\n    dims: { t: { value: 256, dynamic: true }, k: 4096, f: 14336 }\n    \
+                    inputs: { x: \"f16[t, k]\", w1: \"f16[k, f]\", w2: \"f16[k, f]\" }\n    outputs: { y: \"f16[t, f]\" }\n    \
+                    body: |\n      y = silu(matmul(x, w1)) * matmul(x, w2)\n";
+        let m = crate::front::check_source(yaml.as_bytes()).unwrap();
+        assert_eq!(m.kernels[0].1.listing(), g.listing());
+    }
+
+    #[test]
+    fn diagnostics_map_to_the_offending_token() {
+        // An unknown function inside the body: the error names it and points at it.
+        let src = SWIGLU.replace("silu(", "frobnicate(");
+        let p = parse(tokens(&src)).unwrap();
+        let d = lower(&p.decl).unwrap_err();
+        assert!(d.message.contains("frobnicate"), "{}", d.message);
+        let span = p.spans.span(d.pos);
+        assert_eq!(span.source_text().as_deref(), Some("frobnicate"));
+
+        // An undeclared dim in a shape.
+        let src = SWIGLU.replace("y: f16[t, f]", "y: f16[t, g]");
+        let p = parse(tokens(&src)).unwrap();
+        let d = lower(&p.decl).unwrap_err();
+        assert_eq!(p.spans.span(d.pos).source_text().as_deref(), Some("g"), "{}", d.message);
+
+        // A bad dtype.
+        let src = SWIGLU.replace("w2: f16", "w2: f64");
+        let p = parse(tokens(&src)).unwrap();
+        let d = lower(&p.decl).unwrap_err();
+        assert_eq!(p.spans.span(d.pos).source_text().as_deref(), Some("f64"), "{}", d.message);
+    }
+
+    #[test]
+    fn syntax_errors_point_at_tokens() {
+        let err = |src: &str| parse(tokens(src)).unwrap_err().to_string();
+        assert!(err(&SWIGLU.replace("name: swiglu,", "")).contains("missing `name"));
+        assert!(err(&SWIGLU.replace("outputs", "outptus")).contains("unknown field `outptus`"));
+        assert!(err(&format!("{SWIGLU}, name: again")).contains("given twice"));
+        assert!(err(&SWIGLU.replace("dyn 256", "dyn")).contains("representative extent"));
+        assert!(err(&SWIGLU.replace("f16[t, k]", "f16(t, k)")).contains("must look like"));
+        assert!(err(&SWIGLU.replace("matmul(x, w2)", "x[0]")).contains("not part of the body language"));
+    }
+
+    #[test]
+    fn fingerprints_ignore_positions_and_spacing_but_not_content() {
+        let a = parse(tokens(SWIGLU)).unwrap().decl;
+        let spaced = SWIGLU.replace("silu(matmul(x, w1))", "silu( matmul( x,w1 ) )");
+        let b = parse(tokens(&format!("\n\n{spaced}"))).unwrap().decl;
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        let c = parse(tokens(&SWIGLU.replace("256", "512"))).unwrap().decl;
+        assert_ne!(fingerprint(&a), fingerprint(&c));
+        assert_eq!(reference(&tokens("attention")).map(|i| i.to_string()).as_deref(), Some("attention"));
+        assert!(reference(&tokens(SWIGLU)).is_none());
+    }
+}

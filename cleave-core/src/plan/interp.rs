@@ -78,6 +78,10 @@ struct Block<'a> {
     dims: &'a Bindings,
     iters: BTreeMap<IterId, u64>,
     regs: Vec<Vec<f32>>,
+    /// The block's rows that map to elements of its outputs. Rows are independent, so the
+    /// others (padding, the ragged end of an axis) are never computed: their results could only
+    /// be discarded by the stores' predication.
+    live: Vec<usize>,
 }
 
 fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>, rng: &mut Rng) {
@@ -95,7 +99,14 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
             iters.insert(a.iter, rem % n);
             rem /= n;
         }
-        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()] };
+        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], live: Vec::new() };
+        b.live = match first_store(&k.body) {
+            Some((p, tm)) => {
+                let shape = &globals[&k.params[p].binding].0;
+                (0..k.rows).filter(|r| b.address(tm, shape, *r, 0).is_some()).map(|r| r as usize).collect()
+            }
+            None => (0..k.rows as usize).collect(),
+        };
         for (i, buf) in k.bufs.iter().enumerate() {
             b.regs[i] = match buf.kind {
                 BufKind::Smem { rows, cols, .. } => vec![f32::NAN; (rows * cols) as usize],
@@ -105,6 +116,15 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
         }
         b.exec(&k.body, globals);
     }
+}
+
+/// The first store of a body: its tile map gives the block's valid rows.
+fn first_store(body: &[Stmt]) -> Option<(usize, &TMap)> {
+    body.iter().find_map(|s| match s {
+        Stmt::Store { param, tmap, .. } => Some((param.0 as usize, tmap)),
+        Stmt::Loop { body, .. } => first_store(body),
+        _ => None,
+    })
 }
 
 impl Block<'_> {
@@ -127,36 +147,48 @@ impl Block<'_> {
         })
     }
 
-    /// The global element index of tile element `(row, col)`, if it is inside the tensor.
+    /// The global element index of tile element `(row, col)` of `tm`, if it is inside the tensor.
     fn address(&self, tm: &TMap, shape: &[usize], row: u64, col: u64) -> Option<usize> {
+        let (base, valid) = self.row_address(tm, shape, row)?;
+        (col < valid).then_some(base + col as usize)
+    }
+
+    /// Where tile row `row` of `tm` starts in the tensor, and how many of its columns are inside
+    /// it (columns are contiguous in memory); `None` when the row is outside.
+    fn row_address(&self, tm: &TMap, shape: &[usize], row: u64) -> Option<(usize, u64)> {
         let n = tm.axes.len();
         if n == 0 {
-            return if row == 0 && col == 0 { Some(0) } else { None };
+            return (row == 0).then_some((0, 1));
         }
-        let mut locals = vec![0u64; n];
-        locals[n - 1] = col;
-        let mut rem = row;
-        for a in (0..n - 1).rev() {
-            let e = tm.axes[a].extent;
-            locals[a] = rem % e;
-            rem /= e;
-        }
-        if rem != 0 || col >= tm.axes[n - 1].extent {
-            return None;
-        }
+        let iters = |i: IterId| self.iters[&i];
+        let dims = |d: DimVar| self.dim(d);
         let st = strides(shape);
+        let mut rem = row;
         let mut idx = 0usize;
-        for (a, ax) in tm.axes.iter().enumerate() {
-            if !self.valid(&ax.limits, locals[a]) {
+        for a in (0..n - 1).rev() {
+            let ax = &tm.axes[a];
+            let local = rem % ax.extent;
+            rem /= ax.extent;
+            if !self.valid(&ax.limits, local) {
                 return None;
             }
-            let g = ax.offset.eval(&|i| self.iters[&i], &|d| self.dim(d)) + locals[a];
+            let g = ax.offset.eval(&iters, &dims) + local;
             if g as usize >= shape[a] {
                 return None;
             }
             idx += g as usize * st[a];
         }
-        Some(idx)
+        if rem != 0 {
+            return None;
+        }
+        let last = &tm.axes[n - 1];
+        let start = last.offset.eval(&iters, &dims);
+        let mut valid = last.extent.min((shape[n - 1] as u64).saturating_sub(start));
+        for l in &last.limits {
+            let base = l.base.eval(&iters, &dims);
+            valid = valid.min(self.dim(l.bound).saturating_sub(base));
+        }
+        Some((idx + start as usize, valid))
     }
 
     fn cols_of(&self, b: usize) -> u64 {
@@ -241,10 +273,9 @@ impl Block<'_> {
                     let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.bufs[b].kind else { unreachable!() };
                     let mut tile = vec![0.0f32; (tr * tc) as usize];
                     for r in 0..tr {
-                        for c in 0..tc {
-                            if let Some(i) = self.address(tmap, shape, r, c) {
-                                tile[(r * tc + c) as usize] = data[i];
-                            }
+                        if let Some((base, valid)) = self.row_address(tmap, shape, r) {
+                            let v = valid as usize;
+                            tile[(r * tc) as usize..(r * tc) as usize + v].copy_from_slice(&data[base..base + v]);
                         }
                     }
                     self.regs[b] = tile;
@@ -252,8 +283,9 @@ impl Block<'_> {
                 Stmt::Assign { dst, expr } => {
                     let b = dst.0 as usize;
                     let cols = self.cols_of(b);
-                    let mut out = vec![0.0f32; (rows * cols) as usize];
-                    for r in 0..rows {
+                    let mut out = vec![f32::NAN; (rows * cols) as usize];
+                    for &r in &self.live {
+                        let r = r as u64;
                         for c in 0..cols {
                             out[(r * cols + c) as usize] = self.eval(expr, r, c);
                         }
@@ -262,8 +294,9 @@ impl Block<'_> {
                 }
                 Stmt::RowReduce { dst, op, expr, cols, mask, acc } => {
                     let b = dst.0 as usize;
-                    let mut out = vec![0.0f32; rows as usize];
-                    for r in 0..rows {
+                    let mut out = vec![f32::NAN; rows as usize];
+                    for &r in &self.live {
+                        let r = r as u64;
                         let mut v = match op {
                             ReduceOp::Max => f32::NEG_INFINITY,
                             _ => 0.0,
@@ -287,47 +320,56 @@ impl Block<'_> {
                     let bb = b.buf.0 as usize;
                     let BufKind::Smem { dtype, cols: bcols, .. } = self.k.bufs[bb].kind else { unreachable!() };
                     let cols = self.cols_of(acc.0 as usize);
-                    let mut out =
-                        if *accumulate { self.regs[acc.0 as usize].clone() } else { vec![0.0; (rows * cols) as usize] };
-                    let a_at = |r: u64, kk: u64| -> f32 {
-                        match a {
-                            MmaA::Smem { buf, trans } => {
-                                let ai = buf.0 as usize;
-                                let BufKind::Smem { rows: ar, cols: ac, .. } = self.k.bufs[ai].kind else {
-                                    unreachable!()
-                                };
-                                if *trans {
-                                    if kk < ar && r < ac {
-                                        self.regs[ai][(kk * ac + r) as usize]
-                                    } else {
-                                        0.0
-                                    }
-                                } else if r < ar {
-                                    self.regs[ai][(r * ac + kk) as usize]
-                                } else {
-                                    0.0
+                    let (r, kk, n) = (rows as usize, *k as usize, cols as usize);
+                    // Dense operands first, then a cache-friendly product: the arithmetic is the
+                    // same f32 sums the hardware accumulates.
+                    let mut am = vec![0.0f32; r * kk];
+                    match a {
+                        MmaA::Smem { buf, trans } => {
+                            let ai = buf.0 as usize;
+                            let BufKind::Smem { rows: ar, cols: ac, .. } = self.k.bufs[ai].kind else { unreachable!() };
+                            let (ar, ac) = (ar as usize, ac as usize);
+                            let src = &self.regs[ai];
+                            for &i in &self.live {
+                                for p in 0..kk {
+                                    am[i * kk + p] = match trans {
+                                        true if p < ar && i < ac => src[p * ac + i],
+                                        false if i < ar => src[i * ac + p],
+                                        _ => 0.0,
+                                    };
                                 }
                             }
-                            MmaA::Frag(buf) => {
-                                let ai = buf.0 as usize;
-                                round(dtype, self.regs[ai][(r * self.cols_of(ai) + kk) as usize])
+                        }
+                        MmaA::Frag(buf) => {
+                            let ai = buf.0 as usize;
+                            let ac = self.cols_of(ai) as usize;
+                            for &i in &self.live {
+                                for p in 0..kk {
+                                    am[i * kk + p] = round(dtype, self.regs[ai][i * ac + p]);
+                                }
                             }
                         }
-                    };
-                    let b_at = |kk: u64, n: u64| -> f32 {
-                        if b.n_major {
-                            self.regs[bb][(n * bcols + kk) as usize]
-                        } else {
-                            self.regs[bb][(kk * bcols + n) as usize]
+                    }
+                    let bc = bcols as usize;
+                    let mut bm = vec![0.0f32; kk * n];
+                    for p in 0..kk {
+                        for j in 0..n {
+                            bm[p * n + j] =
+                                if b.n_major { self.regs[bb][j * bc + p] } else { self.regs[bb][p * bc + j] };
                         }
-                    };
-                    for r in 0..rows {
-                        for n in 0..cols {
-                            let mut s = 0.0f32;
-                            for kk in 0..*k {
-                                s += a_at(r, kk) * b_at(kk, n);
+                    }
+                    let mut out = if *accumulate { self.regs[acc.0 as usize].clone() } else { vec![0.0; r * n] };
+                    let mut prod = vec![0.0f32; n];
+                    for &i in &self.live {
+                        prod.iter_mut().for_each(|x| *x = 0.0);
+                        for p in 0..kk {
+                            let x = am[i * kk + p];
+                            for (o, y) in prod.iter_mut().zip(&bm[p * n..(p + 1) * n]) {
+                                *o += x * y;
                             }
-                            out[(r * cols + n) as usize] += s;
+                        }
+                        for (o, pv) in out[i * n..(i + 1) * n].iter_mut().zip(&prod) {
+                            *o += pv;
                         }
                     }
                     self.regs[acc.0 as usize] = out;
@@ -337,7 +379,8 @@ impl Block<'_> {
                     let mut writes = Vec::new();
                     {
                         let (shape, _) = &globals[&p.binding];
-                        for r in 0..rows {
+                        for &r in &self.live {
+                            let r = r as u64;
                             for c in 0..*cols {
                                 if let Some(i) = self.address(tmap, shape, r, c) {
                                     writes.push((i, round(p.dtype, self.eval(expr, r, c))));

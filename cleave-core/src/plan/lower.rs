@@ -103,6 +103,13 @@ fn reject<T>(msg: impl Into<String>) -> Result<T, Reject> {
     Err(Reject::Unsupported(msg.into()))
 }
 
+/// Undoing a running max inside a kernel (`x · exp(m)`) can overflow f32 long before the true
+/// result would; a graph that needs it (two partial sums on different scales, a non-linear op
+/// of an accumulator) is left to a form that does not.
+fn unsafe_rescale<T>() -> Result<T, Reject> {
+    reject("a value would have to leave its running-max scale inside the kernel")
+}
+
 /// Plans one kernel.
 pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo, symbol: &str) -> Result<Planned, Reject> {
     assert_eq!(it.kind, LoopKind::Parallel, "the top level is the grid");
@@ -470,7 +477,8 @@ impl Lowerer<'_> {
                                 Expr::bin(BinaryOp::Mul, Expr::reg(sc.m), Expr::Src(Src::Const(f64::from(sc.degree))));
                             (Expr::bin(BinaryOp::Add, Expr::Unary(UnaryOp::Log, Box::new(e)), f), None)
                         }
-                        (_, s) => (self.normalize(e, s), None),
+                        (_, Some(sc)) if sc.degree != 0 => return unsafe_rescale(),
+                        (_, s) => (e, s),
                     };
                     let e = if u == UnaryOp::Log && matches!(e, Expr::Binary(BinaryOp::Add, ..)) {
                         e
@@ -495,7 +503,8 @@ impl Lowerer<'_> {
                     BinaryOp::Add | BinaryOp::Sub | BinaryOp::Max if same_m && deg(sa) == deg(sb) => {
                         (a, b, Some(deg(sa)))
                     }
-                    _ => (self.normalize(a, sa), self.normalize(b, sb), None),
+                    _ if deg(sa) != 0 || deg(sb) != 0 => return unsafe_rescale(),
+                    _ => (a, b, None),
                 };
                 let scale = match (scale, m) {
                     (Some(d), Some(m)) if d != 0 => Some(Scale { m, degree: d }),
@@ -547,6 +556,12 @@ impl Lowerer<'_> {
                 (MmaA::Smem { buf, trans }, tmap.axes.last().map_or(1, |x| x.extent))
             }
             Val::Reg { expr, cols: k, scale: s } => {
+                // A register operand is rounded to 16 bits for the tensor cores. After an exp
+                // (softmax probabilities) that is a small relative error; before one it is an
+                // absolute error in the exponent, amplified by the scores' magnitude.
+                if self.feeds_exp(id) {
+                    return reject("a product that feeds an exp would round its left operand to 16 bits");
+                }
                 scale = s;
                 let b = self.materialize(n.args[0], expr, k, body);
                 self.mma_a_frags.insert(b);
@@ -584,6 +599,23 @@ impl Lowerer<'_> {
             body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false });
             Ok(Val::Reg { expr: Expr::reg(acc), cols, scale })
         }
+    }
+
+    /// True when `id`'s value reaches an `exp` through any ops.
+    fn feeds_exp(&self, id: NodeId) -> bool {
+        let mut stack = vec![id];
+        let mut seen = BTreeSet::new();
+        while let Some(x) = stack.pop() {
+            for &u in &self.users[x.index()] {
+                if self.g.node(u).op == Op::Unary(UnaryOp::Exp) {
+                    return true;
+                }
+                if seen.insert(u) {
+                    stack.push(u);
+                }
+            }
+        }
+        false
     }
 
     fn acc_scale(&self, id: NodeId) -> Option<Scale> {

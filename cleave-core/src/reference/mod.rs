@@ -184,13 +184,15 @@ fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Tensor {
     for bt in 0..nb {
         let ao = ai(bt) * m * k;
         let bo = bi(bt) * k * n;
+        // i-p-j order walks B and the result row by row: the same sums, cache-friendly.
         for i in 0..m {
-            for j in 0..n {
-                let mut acc = 0.0;
-                for p in 0..k {
-                    acc += a.data[ao + i * k + p] * b.data[bo + p * n + j];
+            let out = &mut data[bt * m * n + i * n..bt * m * n + (i + 1) * n];
+            for p in 0..k {
+                let x = a.data[ao + i * k + p];
+                let row = &b.data[bo + p * n..bo + (p + 1) * n];
+                for (o, y) in out.iter_mut().zip(row) {
+                    *o += x * y;
                 }
-                data[bt * m * n + i * n + j] = acc;
             }
         }
     }

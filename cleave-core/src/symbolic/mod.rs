@@ -117,7 +117,9 @@ pub fn small_bindings(table: &DimTable, rng: &mut Rng) -> Bindings {
     let mut used: Vec<u64> = Vec::new();
     let pick = |rng: &mut Rng, used: &mut Vec<u64>, lo: u64| -> u64 {
         loop {
-            let v = lo + rng.below(7);
+            // The pool grows past 7 values only when more than 3 are taken, so a table with
+            // many symbols cannot run out of distinct values.
+            let v = lo + rng.below(7.max(used.len() as u64 + 4));
             if !used.contains(&v) {
                 used.push(v);
                 return v;

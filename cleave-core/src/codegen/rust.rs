@@ -1,0 +1,347 @@
+//! The Rust launcher module of one declared kernel: a pure function of the declaration, its
+//! [`PlanData`] and the entry-point symbols, byte-identical for the same input.
+//!
+//! The module (`pub mod <kernel>`) holds:
+//! - `Dims`, one `usize` field per dynamic axis, in declaration order;
+//! - `PLAN`, the runtime's `LaunchPlan` as a `static`;
+//! - `FATBIN`, the embedded GPU binary (`None` when the crate was built without nvcc);
+//! - `launch(stream, inputs.., outputs.., dims)`, which runs the plan on a CUDA stream;
+//! - `run_host(inputs.., outputs.., dims)`, which runs the same plan through the host-emulation
+//!   build of the same CUDA source.
+//!
+//! Everything is named through absolute paths (`::cleave::runtime::..`), so the module works
+//! wherever it is included. Parameter names are the declared tensor names, except where one
+//! would clash with a name the module itself uses (`stream`, `dims`, `PLAN`, ..), which gets a
+//! trailing `_`.
+
+use std::fmt::Write;
+
+use super::plan::{PlanData, TensorData};
+use crate::front::KernelDecl;
+use crate::graph::DType;
+
+/// The path generated code reaches the runtime through.
+pub const RUNTIME: &str = "::cleave::runtime";
+
+/// A fingerprint of cleave-core's sources and headers, computed when cleave-core is built:
+/// caches of generated code key on it, so any change to the generator invalidates them.
+pub const GENERATOR_FINGERPRINT: &str = env!("CLEAVE_CORE_FINGERPRINT");
+
+/// The seed handed to the host emulator; fixed, so `run_host` is deterministic.
+const HOST_SEED: u64 = 0;
+
+/// Everything the launcher module of one kernel is made from.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleSpec<'a> {
+    /// The declaration as written (for names and docs).
+    pub decl: &'a KernelDecl,
+    /// The launch plan of the chosen schedule.
+    pub plan: &'a PlanData,
+    /// The host-emulation entry point of each launch of the plan, in order.
+    pub host_symbols: &'a [String],
+    /// A Rust expression of type `Option<::cleave::runtime::cuda::Fatbin>`: the embedded GPU
+    /// binary holding the plan's kernels.
+    pub fatbin: &'a str,
+    /// Lines describing the chosen configuration, for the module's documentation.
+    pub summary: &'a [String],
+}
+
+/// Names the generated module uses for its own items, parameters and locals.
+const TAKEN: &[&str] =
+    &["stream", "dims", "args", "PLAN", "FATBIN", "HOST", "Dims", "host_entry", "launch", "run_host"];
+
+/// Why a module could not be generated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kernel `{kernel}`: {reason}")]
+pub struct RustGenError {
+    /// The declared kernel name.
+    pub kernel: String,
+    /// What is inconsistent.
+    pub reason: String,
+}
+
+/// The launcher module as Rust source text, formatted when the `rust-front` feature is on
+/// (which brings `syn` and `prettyplease`).
+pub fn module(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
+    let text = module_text(spec)?;
+    #[cfg(feature = "rust-front")]
+    let text = format(&text).map_err(|reason| RustGenError { kernel: spec.plan.kernel.clone(), reason })?;
+    Ok(safety_comments(&text))
+}
+
+/// Parses and pretty-prints Rust source, so generated files read like hand-written ones.
+#[cfg(feature = "rust-front")]
+pub fn format(text: &str) -> Result<String, String> {
+    let file = syn::parse_file(text).map_err(|e| format!("generated Rust does not parse: {e}"))?;
+    Ok(prettyplease::unparse(&file))
+}
+
+/// Why each generated `unsafe` block is sound, keyed by how the block starts.
+const SAFETY: &[(&str, &str)] = &[
+    ("unsafe { args.launch(", "FATBIN was compiled from the same generated source as PLAN."),
+    (
+        "unsafe { args.run(",
+        "HOST holds the host-emulation build of the same generated source as PLAN, one entry point per launch, in order.",
+    ),
+];
+
+/// Puts a `// SAFETY:` comment above every `unsafe` block. Comments are not tokens, so they
+/// are added after formatting, which would drop them.
+fn safety_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 256);
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if let Some((_, why)) = SAFETY.iter().find(|(start, _)| trimmed.starts_with(start)) {
+            let indent = &line[..line.len() - trimmed.len()];
+            let _ = writeln!(out, "{indent}// SAFETY: {why}");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn rust_type(d: DType) -> String {
+    match d {
+        DType::F16 => format!("{RUNTIME}::f16"),
+        DType::BF16 => format!("{RUNTIME}::bf16"),
+        DType::F32 => "f32".to_string(),
+    }
+}
+
+/// A shape as written in the declaration, from the plan: `[h, s, 1]`.
+fn show_shape(plan: &PlanData, t: &TensorData) -> String {
+    let axes: Vec<&str> = t
+        .shape
+        .iter()
+        .map(|a| a.and_then(|d| plan.dims.get(usize::from(d))).map_or("1", |d| d.name.as_str()))
+        .collect();
+    format!("[{}]", axes.join(", "))
+}
+
+/// A string literal holding `s` for a doc attribute.
+fn doc(out: &mut String, s: &str) {
+    let _ = writeln!(out, "#[doc = {:?}]", format!(" {s}").trim_end());
+}
+
+/// The launcher module, unformatted.
+pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
+    let plan = spec.plan;
+    let kernel = &plan.kernel;
+    let fail = |reason: String| Err(RustGenError { kernel: kernel.clone(), reason });
+    if spec.host_symbols.len() != plan.launches.len() {
+        return fail(format!(
+            "{} host entry points were given for {} launches",
+            spec.host_symbols.len(),
+            plan.launches.len()
+        ));
+    }
+    if spec.decl.name != *kernel {
+        return fail(format!("the declaration is named `{}`", spec.decl.name));
+    }
+    let rt = RUNTIME;
+    let driver = format!("{rt}::cudarc::driver");
+
+    // Parameter names: the tensor names, made distinct from the module's own names.
+    let mut used: Vec<String> = TAKEN.iter().map(|s| s.to_string()).collect();
+    let mut param = |name: &str| {
+        let mut p = name.to_string();
+        while used.contains(&p) {
+            p.push('_');
+        }
+        used.push(p.clone());
+        p
+    };
+    let inputs: Vec<(String, &TensorData)> = plan.inputs.iter().map(|t| (param(&t.name), t)).collect();
+    let outputs: Vec<(String, &TensorData)> = plan.outputs.iter().map(|t| (param(&t.name), t)).collect();
+    let dynamic: Vec<&str> = plan.dims.iter().filter(|d| d.dynamic).map(|d| d.name.as_str()).collect();
+
+    let mut out = String::new();
+    // Module documentation: the declaration and the chosen configuration.
+    doc(&mut out, &format!("Launchers for kernel `{kernel}`, generated by cleave. Do not edit."));
+    doc(&mut out, "");
+    doc(&mut out, "```text");
+    let dims: Vec<String> = spec
+        .decl
+        .dims
+        .iter()
+        .map(|d| if d.dynamic { format!("{}: dyn {}", d.name, d.value) } else { format!("{}: {}", d.name, d.value) })
+        .collect();
+    doc(&mut out, &format!("dims:    {}", dims.join(", ")));
+    let tensors = |list: &[(String, &TensorData)]| -> String {
+        list.iter()
+            .map(|(_, t)| format!("{}: {}{}", t.name, t.dtype.name(), show_shape(plan, t)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    doc(&mut out, &format!("inputs:  {}", tensors(&inputs)));
+    doc(&mut out, &format!("outputs: {}", tensors(&outputs)));
+    doc(&mut out, "body:");
+    for line in spec.decl.body.text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        doc(&mut out, &format!("    {line}"));
+    }
+    doc(&mut out, "```");
+    if !spec.summary.is_empty() {
+        doc(&mut out, "");
+        doc(&mut out, "Chosen configuration:");
+        doc(&mut out, "");
+        for line in spec.summary {
+            doc(&mut out, &format!("- {line}"));
+        }
+    }
+    // Generated items are used as the crate pleases, named as declared and qualified in full.
+    let _ = writeln!(
+        out,
+        "#[allow(dead_code, unreachable_pub, unused_qualifications, non_snake_case, missing_docs, clippy::all, clippy::pedantic)]"
+    );
+    let _ = writeln!(out, "pub mod {kernel} {{");
+
+    // Dims.
+    let _ = writeln!(out, "/// The extents of the dynamic axes, in declaration order.");
+    let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]");
+    let _ = writeln!(out, "pub struct Dims {{");
+    for d in plan.dims.iter().filter(|d| d.dynamic) {
+        doc(&mut out, &format!("The extent of `{}` (scheduled for {}).", d.name, d.value));
+        let _ = writeln!(out, "pub {}: usize,", d.name);
+    }
+    let _ = writeln!(out, "}}");
+
+    // The plan, the fatbin and the host entry points.
+    let _ = writeln!(out, "/// The launch sequence both `launch` and `run_host` execute.");
+    let _ = writeln!(out, "pub static PLAN: {rt}::LaunchPlan = {};", plan.to_rust(rt));
+    let _ =
+        writeln!(out, "/// The GPU binary holding this kernel's code; `None` when the crate was built without nvcc.");
+    let _ = writeln!(out, "pub static FATBIN: ::core::option::Option<{rt}::cuda::Fatbin> = {};", spec.fatbin);
+    let _ = writeln!(out, "mod host_entry {{");
+    let _ = writeln!(out, "unsafe extern \"C\" {{");
+    for symbol in spec.host_symbols {
+        let _ = writeln!(
+            out,
+            "pub fn {symbol}(launch: *const {rt}::host::EmuLaunch, args: *const *mut ::core::ffi::c_void) -> ::core::ffi::c_int;"
+        );
+    }
+    let _ = writeln!(out, "}}\n}}");
+    let host: Vec<String> = spec.host_symbols.iter().map(|s| format!("host_entry::{s}")).collect();
+    let _ = writeln!(out, "/// The host-emulation build of each launch of `PLAN`, in order.");
+    let _ = writeln!(out, "static HOST: [{rt}::host::EmuFn; {}] = [{}];", host.len(), host.join(", "));
+
+    let extents = format!("&[{}]", dynamic.iter().map(|d| format!("dims.{d}")).collect::<Vec<_>>().join(", "));
+    let shape_docs = |out: &mut String| {
+        for (_, t) in inputs.iter().chain(&outputs) {
+            doc(out, &format!("- `{}`: `{}{}`", t.name, t.dtype.name(), show_shape(plan, t)));
+        }
+    };
+
+    // launch
+    doc(&mut out, &format!("Queues kernel `{kernel}` on `stream` (nothing waits for it to finish)."));
+    doc(&mut out, "");
+    doc(&mut out, "Arguments are the inputs, then the outputs, in declaration order, dense and row-major:");
+    doc(&mut out, "");
+    shape_docs(&mut out);
+    doc(&mut out, "");
+    doc(&mut out, "Every length is checked against the extents before anything is queued. Errors: `NoDriver`,");
+    doc(&mut out, "`NotBuilt` (no nvcc at build time), `UnsupportedArch`, `ShapeMismatch`, `InvalidExtent`,");
+    doc(&mut out, "`Launch` and the others of `cleave::Error`.");
+    let mut params = vec![format!("stream: &::std::sync::Arc<{driver}::CudaStream>")];
+    params.extend(inputs.iter().map(|(p, t)| format!("{p}: &{driver}::CudaView<'_, {}>", rust_type(t.dtype))));
+    params.extend(outputs.iter().map(|(p, t)| format!("{p}: &mut {driver}::CudaViewMut<'_, {}>", rust_type(t.dtype))));
+    params.push("dims: Dims".to_string());
+    let _ = writeln!(out, "pub fn launch({}) -> ::core::result::Result<(), ::cleave::Error> {{", params.join(", "));
+    if dynamic.is_empty() {
+        let _ = writeln!(out, "let _ = dims;");
+    }
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let mut chain = String::from("args");
+    for (p, _) in &inputs {
+        let _ = write!(chain, ".input({p})?");
+    }
+    for (p, _) in &outputs {
+        let _ = write!(chain, ".output({p})?");
+    }
+    let _ = writeln!(out, "{chain};");
+    let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
+    let _ = writeln!(out, "}}");
+
+    // run_host
+    doc(&mut out, &format!("Runs kernel `{kernel}` on the CPU through the host emulation of its generated CUDA."));
+    doc(&mut out, "");
+    doc(&mut out, "Same arguments and checks as `launch`, on host slices:");
+    doc(&mut out, "");
+    shape_docs(&mut out);
+    let mut params: Vec<String> = inputs.iter().map(|(p, t)| format!("{p}: &[{}]", rust_type(t.dtype))).collect();
+    params.extend(outputs.iter().map(|(p, t)| format!("{p}: &mut [{}]", rust_type(t.dtype))));
+    params.push("dims: Dims".to_string());
+    let _ = writeln!(out, "pub fn run_host({}) -> ::core::result::Result<(), ::cleave::Error> {{", params.join(", "));
+    if dynamic.is_empty() {
+        let _ = writeln!(out, "let _ = dims;");
+    }
+    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(&PLAN, {extents})?;");
+    let _ = writeln!(out, "{chain};");
+    let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
+    let _ = writeln!(out, "}}");
+    let _ = writeln!(out, "}}");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::plan::{DimData, FactorData, LaunchData, ParamData};
+    use crate::front::{Body, KernelDecl, Pos, PosMap};
+
+    fn spec_parts() -> (KernelDecl, PlanData, Vec<String>) {
+        let decl = KernelDecl {
+            name: "rowsum".into(),
+            name_pos: Pos::start(),
+            pos: Pos::start(),
+            dims: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            body: Body { text: "y = sum(x, axis=-1)\n".into(), map: PosMap::single(Pos::start()) },
+        };
+        let plan = PlanData {
+            kernel: "rowsum".into(),
+            dims: vec![
+                DimData { name: "m".into(), value: 3, dynamic: false },
+                DimData { name: "k".into(), value: 100, dynamic: true },
+            ],
+            inputs: vec![TensorData { name: "dims".into(), dtype: DType::F32, shape: vec![Some(0), Some(1)] }],
+            outputs: vec![TensorData { name: "y".into(), dtype: DType::BF16, shape: vec![Some(0), None] }],
+            workspaces: vec![],
+            launches: vec![LaunchData {
+                symbol: "cleave_rowsum_0".into(),
+                grid: vec![FactorData::Const(3)],
+                threads: 32,
+                smem_bytes: 0,
+                params: vec![ParamData::Input(0), ParamData::Output(0), ParamData::Extent(1)],
+            }],
+        };
+        (decl, plan, vec!["cleave_emu_cleave_rowsum_0_0123".into()])
+    }
+
+    #[test]
+    fn module_is_deterministic_and_renames_clashing_parameters() {
+        let (decl, plan, host) = spec_parts();
+        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
+        let a = module(&spec).unwrap();
+        assert_eq!(a, module(&spec).unwrap());
+        assert!(a.contains("pub mod rowsum {"), "{a}");
+        assert!(a.contains("pub k: usize,"), "{a}");
+        assert!(!a.contains("pub m: usize"), "{a}");
+        // The input named `dims` must not shadow the `dims: Dims` parameter.
+        assert!(a.contains("dims_: &[f32]"), "{a}");
+        assert!(a.contains("y: &mut [::cleave::runtime::bf16]"), "{a}");
+        assert!(a.contains(".input(dims_)?.output(y)?"), "{a}");
+        assert!(a.contains("cleave_emu_cleave_rowsum_0_0123"), "{a}");
+        assert_eq!(a.matches("// SAFETY:").count(), a.matches("unsafe {").count(), "{a}");
+        assert_eq!(a.matches("unsafe {").count(), 2, "{a}");
+    }
+
+    #[test]
+    fn inconsistent_specs_are_errors() {
+        let (decl, plan, _) = spec_parts();
+        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &[], fatbin: "None", summary: &[] };
+        let err = module(&spec).unwrap_err();
+        assert_eq!(err.to_string(), "kernel `rowsum`: 0 host entry points were given for 1 launches");
+    }
+}

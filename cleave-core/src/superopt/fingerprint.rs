@@ -1,0 +1,418 @@
+//! Equivalence by fingerprints: graphs evaluated exactly in the ring Z_p × Z_q.
+//!
+//! A candidate is equivalent to the target when their outputs agree at every element on
+//! random inputs, for several small random instantiations of the symbols (each drawn by
+//! [`small_bindings`]: distinct values, `s | K`, non-powers of two) and independent input
+//! draws. The semantics of each op is in [`field`](super::field).
+//!
+//! Soundness. For graphs built from `+ − · /`, sums, means, matmuls, splits and `exp` of
+//! `exp`-free arguments, every op is evaluated by a ring homomorphism of its real meaning, so
+//! equivalent graphs always agree (completeness), and inequivalent ones agree on a random
+//! point with probability about `degree / q` per element (Schwartz–Zippel, with `exp` argued
+//! as in the Mirage/LAX model), independently per trial. The limits:
+//! - `max` (binary or reduction) selects by a random total order: it models associativity,
+//!   commutativity and idempotence (so any split of a max-reduction is recognized), not
+//!   monotonicity (`max(a + c, b + c) = max(a, b) + c` is not recognized).
+//! - `log`, `sqrt`, `sigmoid`, `gelu` and `exp` of an `exp`-dependent value are random
+//!   functions of the argument's `p`-component: consistent (equal arguments, equal results),
+//!   but identities *through* them (`exp(u + v) = exp(u) exp(v)` for `exp`-dependent `u`,
+//!   `log(exp(x)) = x`, `sqrt(x)² = x`) are not recognized, so such equivalences are missed,
+//!   never invented; two different arguments collide with probability about `1/p`.
+//! - A division by a value that is zero in the field makes a trial inconclusive; it is drawn
+//!   again with new inputs.
+
+use super::field::{agree, random, Fp, Keys, Uninterpreted, ZeroDivisor};
+use crate::graph::{BinaryOp, Bindings, DimTable, Node, Op, ReduceOp, UnaryOp};
+use crate::reference::{strides, Rng};
+use crate::symbolic::small_bindings;
+
+/// A dense row-major tensor of fingerprint values.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct FTensor {
+    /// Extents.
+    pub shape: Vec<usize>,
+    /// Elements.
+    pub data: Vec<Fp>,
+}
+
+/// Why an evaluation gave no fingerprint.
+#[derive(Clone, PartialEq, Debug)]
+pub enum EvalError {
+    /// A division by zero in the field: the trial is inconclusive.
+    ZeroDivisor,
+    /// A constant with no image in the field (infinite or NaN).
+    BadConstant(f64),
+    /// A split whose count does not divide its axis.
+    RaggedSplit,
+    /// The instance would need more elements than allowed.
+    TooLarge(usize),
+}
+
+impl From<ZeroDivisor> for EvalError {
+    fn from(_: ZeroDivisor) -> Self {
+        EvalError::ZeroDivisor
+    }
+}
+
+/// Largest tensor the evaluator materializes.
+const MAX_ELEMS: usize = 1 << 26;
+
+/// Maps a linear index of the output to the linear index of a broadcast operand.
+fn broadcast_map(x: &[usize], out: &[usize]) -> Vec<usize> {
+    let rank = out.len();
+    let xs = strides(x);
+    let off = rank - x.len();
+    (0..rank).map(|i| if i < off || x[i - off] == 1 { 0 } else { xs[i - off] }).collect()
+}
+
+fn index_of(mut lin: usize, out_strides: &[usize], eff: &[usize]) -> usize {
+    let mut idx = 0;
+    for (os, e) in out_strides.iter().zip(eff) {
+        let c = lin / os;
+        lin %= os;
+        idx += c * e;
+    }
+    idx
+}
+
+/// Evaluates every node of `nodes` (an arena in topological order whose leaves are
+/// `Op::Input(k)` → `inputs[k]` and constants) into `values`, which is cleared and reused.
+pub fn eval_into(
+    nodes: &[Node],
+    bindings: &Bindings,
+    inputs: &[FTensor],
+    keys: &Keys,
+    values: &mut Vec<FTensor>,
+) -> Result<(), EvalError> {
+    values.clear();
+    for node in nodes {
+        let shape = bindings.extents(&node.shape);
+        let elems: usize = shape.iter().product();
+        if elems > MAX_ELEMS {
+            return Err(EvalError::TooLarge(elems));
+        }
+        let t = match node.op {
+            Op::Input(k) => inputs[k as usize].clone(),
+            Op::Const(c) => FTensor { shape, data: vec![Fp::from_f64(c).ok_or(EvalError::BadConstant(c))?] },
+            Op::Unary(u) => {
+                let x = &values[node.args[0].index()];
+                let data = x.data.iter().map(|&v| unary(u, v, keys)).collect::<Result<Vec<_>, _>>()?;
+                FTensor { shape, data }
+            }
+            Op::Binary(b) => {
+                let (x, y) = (&values[node.args[0].index()], &values[node.args[1].index()]);
+                let os = strides(&shape);
+                let (ex, ey) = (broadcast_map(&x.shape, &shape), broadcast_map(&y.shape, &shape));
+                let mut data = Vec::with_capacity(elems);
+                for i in 0..elems {
+                    let (a, c) = (x.data[index_of(i, &os, &ex)], y.data[index_of(i, &os, &ey)]);
+                    data.push(match b {
+                        BinaryOp::Add => a + c,
+                        BinaryOp::Sub => a - c,
+                        BinaryOp::Mul => a * c,
+                        BinaryOp::Div => a.checked_div(c)?,
+                        BinaryOp::Max => keys.max(a, c),
+                    });
+                }
+                FTensor { shape, data }
+            }
+            Op::Transpose => transpose(&values[node.args[0].index()]),
+            Op::MatMul => matmul(&values[node.args[0].index()], &values[node.args[1].index()], &shape),
+            Op::Reduce(r, axis) => reduce(&values[node.args[0].index()], r, axis as usize, keys)?,
+            Op::Split(axis) => split(&values[node.args[0].index()], axis as usize, &shape)?,
+        };
+        values.push(t);
+    }
+    Ok(())
+}
+
+fn unary(u: UnaryOp, v: Fp, keys: &Keys) -> Result<Fp, ZeroDivisor> {
+    Ok(match u {
+        UnaryOp::Exp => keys.exp(v),
+        UnaryOp::Log => keys.apply(Uninterpreted::Log, v),
+        UnaryOp::Sqrt => keys.apply(Uninterpreted::Sqrt, v),
+        UnaryOp::Rsqrt => keys.apply(Uninterpreted::Sqrt, v).inv()?,
+        UnaryOp::Square => v * v,
+        UnaryOp::Recip => v.inv()?,
+        UnaryOp::Silu => v * keys.apply(Uninterpreted::Sigmoid, v),
+        UnaryOp::Sigmoid => keys.apply(Uninterpreted::Sigmoid, v),
+        UnaryOp::Gelu => keys.apply(Uninterpreted::Gelu, v),
+        UnaryOp::Neg => -v,
+    })
+}
+
+fn transpose(x: &FTensor) -> FTensor {
+    let r = x.shape.len();
+    let mut shape = x.shape.clone();
+    shape.swap(r - 1, r - 2);
+    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
+    let batch: usize = x.shape[..r - 2].iter().product();
+    let mut data = vec![Fp::ZERO; x.data.len()];
+    for b in 0..batch {
+        for i in 0..rows {
+            for j in 0..cols {
+                data[b * rows * cols + j * rows + i] = x.data[b * rows * cols + i * cols + j];
+            }
+        }
+    }
+    FTensor { shape, data }
+}
+
+fn matmul(a: &FTensor, b: &FTensor, out: &[usize]) -> FTensor {
+    let r = out.len();
+    let (m, n) = (out[r - 2], out[r - 1]);
+    let k = a.shape[a.shape.len() - 1];
+    let batch = &out[..r - 2];
+    let nb: usize = batch.iter().product();
+    let bs = strides(batch);
+    let ea = broadcast_map(&a.shape[..a.shape.len() - 2], batch);
+    let eb = broadcast_map(&b.shape[..b.shape.len() - 2], batch);
+    let mut data = vec![Fp::ZERO; nb * m * n];
+    for bt in 0..nb {
+        let ao = index_of(bt, &bs, &ea) * m * k;
+        let bo = index_of(bt, &bs, &eb) * k * n;
+        // Row-major order over the right operand (i, p, j), so both operands stream.
+        for i in 0..m {
+            let row = &mut data[bt * m * n + i * n..bt * m * n + (i + 1) * n];
+            for p in 0..k {
+                let x = a.data[ao + i * k + p];
+                let brow = &b.data[bo + p * n..bo + (p + 1) * n];
+                for (c, &y) in row.iter_mut().zip(brow) {
+                    *c = *c + x * y;
+                }
+            }
+        }
+    }
+    FTensor { shape: out.to_vec(), data }
+}
+
+fn reduce(x: &FTensor, r: ReduceOp, axis: usize, keys: &Keys) -> Result<FTensor, ZeroDivisor> {
+    let outer: usize = x.shape[..axis].iter().product();
+    let len = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut shape = x.shape.clone();
+    shape[axis] = 1;
+    let scale = match r {
+        ReduceOp::Mean => Some(Fp::from_u64(len as u64).inv()?),
+        _ => None,
+    };
+    let mut data = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut it = (0..len).map(|k| x.data[(o * len + k) * inner + i]);
+            let first = it.next().unwrap_or(Fp::ZERO);
+            let v = match r {
+                ReduceOp::Sum | ReduceOp::Mean => it.fold(first, |a, b| a + b),
+                ReduceOp::Max => it.fold(first, |a, b| keys.max(a, b)),
+            };
+            data.push(scale.map_or(v, |s| v * s));
+        }
+    }
+    Ok(FTensor { shape, data })
+}
+
+fn split(x: &FTensor, axis: usize, out: &[usize]) -> Result<FTensor, EvalError> {
+    let (count, chunk) = (out[0], out[axis + 1]);
+    let extent = x.shape[axis];
+    if count * chunk != extent {
+        return Err(EvalError::RaggedSplit);
+    }
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut data = Vec::with_capacity(x.data.len());
+    for j in 0..count {
+        for o in 0..outer {
+            for c in 0..chunk {
+                let src = (o * extent + j * chunk + c) * inner;
+                data.extend_from_slice(&x.data[src..src + inner]);
+            }
+        }
+    }
+    Ok(FTensor { shape: out.to_vec(), data })
+}
+
+/// Random inputs for the leaves `Op::Input(k)` of `nodes` at `bindings`.
+pub fn random_inputs(nodes: &[Node], n_inputs: usize, bindings: &Bindings, rng: &mut Rng) -> Vec<FTensor> {
+    let mut out = vec![FTensor::default(); n_inputs];
+    for node in nodes {
+        if let Op::Input(k) = node.op {
+            let shape = bindings.extents(&node.shape);
+            let n: usize = shape.iter().product();
+            out[k as usize] = FTensor { shape, data: (0..n).map(|_| random(rng)).collect() };
+        }
+    }
+    out
+}
+
+/// True when two output tensors agree: the same elements after dropping leading unit axes.
+pub fn outputs_agree(a: &FTensor, b: &FTensor) -> bool {
+    let squeeze = |s: &[usize]| -> Vec<usize> {
+        let first = s.iter().position(|&d| d != 1).unwrap_or(s.len());
+        s[first..].to_vec()
+    };
+    squeeze(&a.shape) == squeeze(&b.shape)
+        && a.data.len() == b.data.len()
+        && a.data.iter().zip(&b.data).all(|(x, y)| agree(*x, *y))
+}
+
+/// The outcome of a fingerprint comparison.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Verdict {
+    /// Every trial agreed.
+    Equivalent,
+    /// Some trial disagreed.
+    Different,
+    /// No conclusive draw was found for some trial.
+    Inconclusive,
+}
+
+/// One instantiation: the bindings, the uninterpreted-function keys and the seed of its
+/// input draws.
+#[derive(Clone, Debug)]
+struct Trial {
+    bindings: Bindings,
+    keys: Keys,
+    seed: u64,
+    /// The first conclusive draw for the target, its inputs and its outputs.
+    draw: u64,
+    inputs: Vec<FTensor>,
+    outputs: Vec<FTensor>,
+}
+
+/// Draws per trial before giving up on a zero divisor.
+const MAX_DRAWS: u64 = 4;
+
+/// The fingerprint verifier of one target: fixed instantiations and target fingerprints,
+/// shared read-only by all workers; each worker brings its own [`Scratch`].
+#[derive(Clone, Debug)]
+pub struct Verifier {
+    target: Vec<Node>,
+    target_outputs: Vec<usize>,
+    n_inputs: usize,
+    trials: Vec<Trial>,
+}
+
+/// A worker's evaluation buffers.
+#[derive(Default, Debug)]
+pub struct Scratch {
+    values: Vec<FTensor>,
+    target_values: Vec<FTensor>,
+}
+
+fn draw_seed(seed: u64, draw: u64) -> u64 {
+    super::field::mix(seed, 0xd4a3 + draw)
+}
+
+impl Verifier {
+    /// Draws `trials` small instantiations of `table` (which must contain every split variable a
+    /// candidate may use) and fingerprints the target on each. `target` is an arena whose
+    /// leaves are `Op::Input(k)` for `k < n_inputs` and constants.
+    pub fn new(
+        target: Vec<Node>,
+        target_outputs: Vec<usize>,
+        n_inputs: usize,
+        table: &DimTable,
+        trials: usize,
+        seed: u64,
+    ) -> Result<Verifier, EvalError> {
+        let mut rng = Rng::new(seed);
+        let mut out = Vec::with_capacity(trials);
+        let mut scratch = Vec::new();
+        for t in 0..trials {
+            let bindings = small_bindings(table, &mut rng);
+            let keys = Keys::new(super::field::mix(seed, 0x7e1a1 + t as u64));
+            let trial_seed = rng.next_u64();
+            let mut found = None;
+            for draw in 0..MAX_DRAWS {
+                let mut r = Rng::new(draw_seed(trial_seed, draw));
+                let inputs = random_inputs(&target, n_inputs, &bindings, &mut r);
+                match eval_into(&target, &bindings, &inputs, &keys, &mut scratch) {
+                    Ok(()) => {
+                        let outputs = target_outputs.iter().map(|&o| scratch[o].clone()).collect();
+                        found = Some((draw, inputs, outputs));
+                        break;
+                    }
+                    Err(EvalError::ZeroDivisor) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some((draw, inputs, outputs)) = found else { return Err(EvalError::ZeroDivisor) };
+            out.push(Trial { bindings, keys, seed: trial_seed, draw, inputs, outputs });
+        }
+        Ok(Verifier { target, target_outputs, n_inputs, trials: out })
+    }
+
+    /// Number of trials.
+    pub fn trials(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// Compares a candidate arena (same leaves as the target) whose outputs are the nodes
+    /// `outputs`, matched in order with the target's outputs.
+    pub fn check(&self, candidate: &[Node], outputs: &[usize], scratch: &mut Scratch) -> Verdict {
+        for trial in &self.trials {
+            match self.check_trial(trial, candidate, outputs, scratch) {
+                Verdict::Equivalent => {}
+                other => return other,
+            }
+        }
+        Verdict::Equivalent
+    }
+
+    fn check_trial(&self, trial: &Trial, candidate: &[Node], outputs: &[usize], scratch: &mut Scratch) -> Verdict {
+        match eval_into(candidate, &trial.bindings, &trial.inputs, &trial.keys, &mut scratch.values) {
+            Ok(()) => {
+                return if outputs.iter().zip(&trial.outputs).all(|(&o, t)| outputs_agree(&scratch.values[o], t)) {
+                    Verdict::Equivalent
+                } else {
+                    Verdict::Different
+                };
+            }
+            Err(EvalError::ZeroDivisor) => {}
+            Err(_) => return Verdict::Different,
+        }
+        // The stored draw divides by zero in the candidate: draw again, for both graphs.
+        for draw in trial.draw + 1..trial.draw + MAX_DRAWS {
+            let mut r = Rng::new(draw_seed(trial.seed, draw));
+            let inputs = random_inputs(&self.target, self.n_inputs, &trial.bindings, &mut r);
+            if eval_into(&self.target, &trial.bindings, &inputs, &trial.keys, &mut scratch.target_values).is_err() {
+                continue;
+            }
+            match eval_into(candidate, &trial.bindings, &inputs, &trial.keys, &mut scratch.values) {
+                Ok(()) => {
+                    let ok = outputs
+                        .iter()
+                        .zip(&self.target_outputs)
+                        .all(|(&o, &t)| outputs_agree(&scratch.values[o], &scratch.target_values[t]));
+                    return if ok { Verdict::Equivalent } else { Verdict::Different };
+                }
+                Err(EvalError::ZeroDivisor) => continue,
+                Err(_) => return Verdict::Different,
+            }
+        }
+        Verdict::Inconclusive
+    }
+}
+
+/// Compares two graphs by fingerprints on `trials` small instantiations. `candidate` must be
+/// built over `target`'s dim table (extended by the split variables it creates) with the same
+/// inputs; outputs are matched in order.
+pub fn equivalent(
+    target: &crate::graph::Graph,
+    candidate: &crate::graph::Graph,
+    trials: usize,
+    seed: u64,
+) -> Result<Verdict, EvalError> {
+    let prefix = target.dims.iter().zip(candidate.dims.iter()).all(|((_, a), (_, b))| a == b);
+    assert!(prefix && candidate.dims.len() >= target.dims.len(), "the candidate's dim table must extend the target's");
+    let verifier = Verifier::new(
+        target.nodes.clone(),
+        target.outputs.iter().map(|o| o.node.index()).collect(),
+        target.inputs.len(),
+        &candidate.dims,
+        trials,
+        seed,
+    )?;
+    let outputs: Vec<usize> = candidate.outputs.iter().map(|o| o.node.index()).collect();
+    Ok(verifier.check(&candidate.nodes, &outputs, &mut Scratch::default()))
+}

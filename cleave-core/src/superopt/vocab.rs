@@ -1,0 +1,55 @@
+//! The op vocabulary of a search: the ops of the target, plus `split` and `sum` (the combine).
+
+use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+
+/// Which ops the search may insert.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Vocab {
+    /// Elementwise unary ops.
+    pub unary: Vec<UnaryOp>,
+    /// Elementwise binary ops.
+    pub binary: Vec<BinaryOp>,
+    /// Reduction kinds (over any reducible axis).
+    pub reduce: Vec<ReduceOp>,
+    /// Batched matrix product.
+    pub matmul: bool,
+    /// Swap of the last two axes.
+    pub transpose: bool,
+    /// The target transposes a computed tensor (not only inputs).
+    pub transpose_computed: bool,
+    /// Split of a reducible axis.
+    pub split: bool,
+}
+
+impl Vocab {
+    /// The vocabulary of `target`; `split` adds the split op. Sum reductions are always
+    /// available: they are the combine of a split.
+    pub fn of(target: &Graph, split: bool) -> Vocab {
+        let mut v = Vocab { split, reduce: vec![ReduceOp::Sum], ..Vocab::default() };
+        for node in &target.nodes {
+            match node.op {
+                Op::Input(_) | Op::Const(_) | Op::Split(_) => {}
+                Op::MatMul => v.matmul = true,
+                Op::Transpose => {
+                    v.transpose = true;
+                    if !target.node(node.args[0]).op.is_leaf() {
+                        v.transpose_computed = true;
+                    }
+                }
+                Op::Unary(u) => push_unique(&mut v.unary, u),
+                Op::Binary(b) => push_unique(&mut v.binary, b),
+                Op::Reduce(r, _) => push_unique(&mut v.reduce, r),
+            }
+        }
+        v.unary.sort();
+        v.binary.sort();
+        v.reduce.sort();
+        v
+    }
+}
+
+fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}

@@ -1,0 +1,194 @@
+//! The whole pipeline on the shipped kernels: the schedules the acceptance criteria name are
+//! found (not templated), and every kept schedule of every kernel runs in the tile interpreter
+//! and matches the f64 reference at odd extents with large-magnitude scores.
+
+mod common;
+
+use cleave_core::graph::{Bindings, ReduceOp};
+use cleave_core::pipeline::{compile, Compiled, Options};
+use cleave_core::plan::{interp, Expr, Stmt, TileKernel};
+use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
+use cleave_core::schedule::SM80;
+
+fn compiled(name: &str) -> Compiled {
+    compile(&common::shipped(name), &Options::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn loops(body: &[Stmt]) -> Vec<&Stmt> {
+    body.iter().filter(|s| matches!(s, Stmt::Loop { .. })).collect()
+}
+
+fn loop_body(s: &Stmt) -> &[Stmt] {
+    match s {
+        Stmt::Loop { body, .. } => body,
+        _ => panic!("not a loop"),
+    }
+}
+
+fn grid_names(k: &TileKernel, c: &Compiled) -> Vec<String> {
+    let dims = c.best().dims();
+    k.grid.iter().map(|a| dims.get(a.dim).name.clone()).collect()
+}
+
+#[test]
+fn mha_prefill_gets_the_flashattention_schedule() {
+    let c = compiled("mha_d128_prefill");
+    let l = c.best();
+    assert_eq!(l.kernels.len(), 1, "one kernel");
+    let k = &l.kernels[0];
+    assert!(k.smem_bytes <= SM80.smem_per_block, "{} bytes of shared memory", k.smem_bytes);
+    assert_eq!(grid_names(k, &c), vec!["h", "s"], "grid over heads × query tiles");
+    let lp = loops(&k.body);
+    assert_eq!(lp.len(), 1, "one sequential loop");
+    let Stmt::Loop { dim, body, .. } = lp[0] else { unreachable!() };
+    assert_eq!(l.dims().get(*dim).name, "l", "the loop walks the context");
+    // Q is hoisted out of the loop; K and V stream through it.
+    let loaded = |b: &[Stmt]| -> Vec<String> {
+        b.iter()
+            .filter_map(|s| match s {
+                Stmt::Load { param, .. } => Some(k.params[param.0 as usize].name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(loaded(&k.body), vec!["q"]);
+    assert_eq!(loaded(body), vec!["k", "v"]);
+    // The row sum and the second matmul accumulate in the same loop (horizontal fusion), and a
+    // running max rescales them (stabilization).
+    let acc_mma = body.iter().filter(|s| matches!(s, Stmt::Mma { accumulate: true, .. })).count();
+    let acc_sum = body.iter().filter(|s| matches!(s, Stmt::RowReduce { op: ReduceOp::Sum, acc: true, .. })).count();
+    let row_max = body.iter().filter(|s| matches!(s, Stmt::RowReduce { op: ReduceOp::Max, .. })).count();
+    let rescale = body.iter().filter(|s| matches!(s, Stmt::Assign { expr: Expr::ExpDiff(..), .. })).count();
+    assert_eq!((acc_mma, acc_sum, row_max), (1, 1, 1));
+    assert!(rescale >= 1, "the running max rescales the accumulators");
+    // The division comes after the loop.
+    let after: Vec<&Stmt> = k.body.iter().skip_while(|s| !matches!(s, Stmt::Loop { .. })).skip(1).collect();
+    assert!(after
+        .iter()
+        .any(|s| matches!(s, Stmt::Store { expr: Expr::Binary(cleave_core::graph::BinaryOp::Div, ..), .. })));
+}
+
+#[test]
+fn decode_attention_splits_and_merges_with_log_sum_exp() {
+    for name in ["mha_d64_decode", "mha_d128_decode", "gqa_decode", "mqa_decode"] {
+        let c = compiled(name);
+        let l = c.best();
+        assert_eq!(l.kernels.len(), 2, "{name}: a split kernel and a combine kernel");
+        assert!(l.graph.has_split());
+        let (split, combine) = (&l.kernels[0], &l.kernels[1]);
+        assert!(split.params.iter().any(|p| p.output && p.name == "partial_max"), "{name}");
+        assert!(combine.params.iter().any(|p| !p.output && p.name.ends_with("_max")), "{name}");
+        // The combine merges partials under a running max: exp(m_i - M) factors.
+        let lp = loops(&combine.body);
+        assert_eq!(lp.len(), 1, "{name}: one merge loop over the splits");
+        let merges =
+            loop_body(lp[0]).iter().filter(|s| matches!(s, Stmt::Assign { expr: Expr::ExpDiff(..), .. })).count();
+        assert!(merges >= 1, "{name}");
+        assert!(!c.ranked[0].splits.is_empty());
+    }
+}
+
+#[test]
+fn consecutive_reductions_stay_fused_at_long_sequences() {
+    // MatMul+MatMul: one kernel, the first product never leaves the block.
+    let c = compiled("matmul_matmul_prefill");
+    assert_eq!(c.best().kernels.len(), 1);
+    assert_eq!(c.best().dims().get(c.best().dims().find("s").expect("s")).value, 4096);
+    // MatMul+RowSum: the product X·W is never written to global memory (only row sums are);
+    // without Split-K it is one kernel.
+    let c = compiled("matmul_rowsum_prefill");
+    for k in &c.best().kernels {
+        for s in &k.body {
+            if let Stmt::Store { cols, .. } = s {
+                assert_eq!(*cols, 1, "only row sums are stored");
+            }
+        }
+    }
+    let mut opts = Options::default();
+    opts.search.split = false;
+    let c = compile(&common::shipped("matmul_rowsum_prefill"), &opts).expect("compiles");
+    assert_eq!(c.best().kernels.len(), 1);
+}
+
+#[test]
+fn swiglu_fuses_the_two_matmuls_sharing_x() {
+    let c = compiled("swiglu_prefill");
+    let k = &c.best().kernels[0];
+    let lp = loops(&k.body);
+    assert_eq!(lp.len(), 1);
+    let body = loop_body(lp[0]);
+    let mmas = body.iter().filter(|s| matches!(s, Stmt::Mma { accumulate: true, .. })).count();
+    assert_eq!(mmas, 2, "both products accumulate in one loop over k");
+    let x_loads =
+        body.iter().filter(|s| matches!(s, Stmt::Load { param, .. } if k.params[param.0 as usize].name == "x")).count();
+    assert_eq!(x_loads, 1, "one tile of x feeds both");
+}
+
+#[test]
+fn rmsnorm_matmul_reduces_squares_and_multiplies_in_one_loop() {
+    let c = compiled("rmsnorm_matmul_prefill");
+    let l = c.best();
+    assert_eq!(l.kernels.len(), 1);
+    let k = &l.kernels[0];
+    let lp = loops(&k.body);
+    assert_eq!(lp.len(), 1);
+    let Stmt::Loop { dim, body, .. } = lp[0] else { unreachable!() };
+    assert_eq!(l.dims().get(*dim).name, "k");
+    assert!(body.iter().any(|s| matches!(s, Stmt::Mma { accumulate: true, .. })));
+    assert!(body.iter().any(|s| matches!(s, Stmt::RowReduce { op: ReduceOp::Sum, acc: true, .. })));
+    // The row scaling happens after the loop, on the product (paper Fig. 1).
+    assert!(k
+        .body
+        .iter()
+        .any(|s| matches!(s, Stmt::Store { expr: Expr::Binary(cleave_core::graph::BinaryOp::Mul, ..), .. })));
+}
+
+/// Input scale so attention scores reach about ±500 without overflowing the f64 reference.
+fn scale(name: &str) -> f64 {
+    if name.starts_with("mla_decode") {
+        8.0
+    } else if ["mha", "gqa", "mqa", "mla"].iter().any(|p| name.starts_with(p)) {
+        11.0
+    } else {
+        1.0
+    }
+}
+
+#[test]
+fn every_kept_schedule_of_every_kernel_matches_the_reference_in_the_interpreter() {
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels.yaml")).expect("kernels.yaml");
+    let module = cleave_core::front::check_source(&text).expect("checks");
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (_, g) in &module.kernels {
+        let c = compile(g, &Options::default()).expect("compiles");
+        // Small odd extents keep the interpreter quick on the big static shapes.
+        let mut b = Bindings::of_table(&g.dims);
+        let mut k = 0;
+        for (v, d) in g.dims.iter() {
+            if d.dynamic {
+                b.values[v.index()] = [19, 45][k % 2];
+                k += 1;
+            }
+        }
+        let inputs = random_inputs(g, &b, 23, &InputScale { default: scale(&g.name), per_input: Vec::new() });
+        let want = eval(g, &b, &inputs).expect("reference");
+        // The best schedule of every graph shape kept (split and unsplit), up to three.
+        for r in c.ranked.iter().take(3) {
+            let l = &r.candidate.launch;
+            let mut lb = Bindings::of_table(l.dims());
+            lb.values[..b.values.len()].copy_from_slice(&b.values);
+            lb.complete(l.dims());
+            let got = interp::run(l, &lb, &inputs, 9).expect("interpreter");
+            for (gt, wt) in got.iter().zip(&want) {
+                let e = max_rel_err(&gt.data, &wt.data);
+                runs += 1;
+                if e.is_nan() || e > 2e-2 {
+                    failures.push(format!("{}: {e}", g.name));
+                }
+            }
+        }
+    }
+    assert!(runs >= 40, "{runs}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

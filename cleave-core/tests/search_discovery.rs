@@ -1,0 +1,179 @@
+//! The search discovers the rewrites the paper motivates, from naively written kernels, with a
+//! generic rule set: FlashAttention's late division for every attention variant, RMSNorm's
+//! row scaling after the matmul, and reassociation of a matmul chain.
+
+mod common;
+
+use cleave_core::graph::{BinaryOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use cleave_core::superopt::{search, Check, SearchOptions, SearchResult};
+
+/// Options for tests: the defaults, with a small budget for the declared-shape checks.
+fn options() -> SearchOptions {
+    SearchOptions { full_shape_budget_macs: 1 << 22, ..SearchOptions::default() }
+}
+
+fn run(kernel: &str) -> SearchResult {
+    let g = common::shipped(kernel);
+    let r = search(&g, &options()).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    assert_eq!(r.stop_reason.name(), "exhausted", "{kernel} must be searched completely");
+    assert_eq!(r.counters.repeated, 0, "{kernel}: the canonical order reaches each graph once");
+    assert!(r.rejected.is_empty(), "{kernel}: a graph passed the small fingerprints but failed a final check");
+    for f in &r.graphs {
+        assert_eq!(f.checks.float, Check::Passed, "{kernel}: {}", f.graph.expr(f.graph.outputs[0].node));
+    }
+    r
+}
+
+fn op(g: &Graph, id: NodeId) -> Op {
+    g.node(id).op
+}
+
+/// Strips transposes and splits: the tensor a view reads.
+fn unview(g: &Graph, mut id: NodeId) -> NodeId {
+    while matches!(op(g, id), Op::Transpose | Op::Split(_)) {
+        id = g.node(id).args[0];
+    }
+    id
+}
+
+/// The FlashAttention form: `div(matmul(e, V), sum(e, last axis))` with `e = exp(..)` and `V` an
+/// input: the normalization applied after the second matmul.
+fn is_flash_form(g: &Graph) -> bool {
+    let out = g.outputs[0].node;
+    let n = g.node(out);
+    if n.op != Op::Binary(BinaryOp::Div) {
+        return false;
+    }
+    let (num, den) = (g.node(n.args[0]), g.node(n.args[1]));
+    if num.op != Op::MatMul || !matches!(den.op, Op::Reduce(ReduceOp::Sum, _)) {
+        return false;
+    }
+    let e = num.args[0];
+    let last = (g.shape(e).len() - 1) as u32;
+    op(g, e) == Op::Unary(UnaryOp::Exp)
+        && matches!(op(g, unview(g, num.args[1])), Op::Input(_))
+        && den.args[0] == e
+        && den.op == Op::Reduce(ReduceOp::Sum, last)
+}
+
+/// The naive form as declared: `matmul(div(e, sum(e)), V)`.
+fn is_naive_form(g: &Graph) -> bool {
+    let n = g.node(g.outputs[0].node);
+    n.op == Op::MatMul && op(g, n.args[0]) == Op::Binary(BinaryOp::Div)
+}
+
+fn assert_flash(kernel: &str) {
+    let r = run(kernel);
+    let flash: Vec<&Graph> = r.graphs.iter().map(|f| f.graph.graph()).filter(|g| is_flash_form(g)).collect();
+    assert!(
+        !flash.is_empty(),
+        "{kernel}: no FlashAttention form among {} graphs:\n{}",
+        r.graphs.len(),
+        cleave_core::superopt::explain_text(&r)
+    );
+    assert!(r.graphs.iter().any(|f| is_naive_form(&f.graph)), "{kernel}: the declared form is found too");
+    // The late division changes the graph only: same op count as the declared form.
+    assert!(flash.iter().any(|g| g.op_count() == r.symbolic.graph.op_count()));
+    // Each found graph maps back to the declared dims.
+    for f in &r.graphs {
+        assert!(!f.concrete.is_empty(), "{kernel}: a found graph without concrete candidates");
+    }
+}
+
+#[test]
+fn flash_attention_form_mha_d64() {
+    assert_flash("mha_d64_prefill");
+}
+
+#[test]
+fn flash_attention_form_mha_d128() {
+    assert_flash("mha_d128_prefill");
+}
+
+#[test]
+fn flash_attention_form_gqa() {
+    assert_flash("gqa_prefill");
+}
+
+#[test]
+fn flash_attention_form_mqa() {
+    assert_flash("mqa_prefill");
+}
+
+#[test]
+fn flash_attention_form_mla_prefill() {
+    assert_flash("mla_prefill");
+}
+
+#[test]
+fn flash_attention_form_mla_absorbed_decode() {
+    assert_flash("mla_decode");
+}
+
+#[test]
+fn rmsnorm_row_scaling_moves_after_the_matmul() {
+    let r = run("rmsnorm_matmul_prefill");
+    // Fig. 1: y = matmul(x, w) * rsqrt(mean(x²) + eps).
+    let late = r.graphs.iter().map(|f| f.graph.graph()).find(|g| {
+        let n = g.node(g.outputs[0].node);
+        if n.op != Op::Binary(BinaryOp::Mul) {
+            return false;
+        }
+        let is_plain_matmul = |id: NodeId| {
+            let m = g.node(id);
+            m.op == Op::MatMul && m.args.iter().all(|a| matches!(op(g, *a), Op::Input(_)))
+        };
+        let is_scale = |id: NodeId| op(g, id) == Op::Unary(UnaryOp::Rsqrt);
+        (is_plain_matmul(n.args[0]) && is_scale(n.args[1])) || (is_plain_matmul(n.args[1]) && is_scale(n.args[0]))
+    });
+    assert!(late.is_some(), "no late-scaling form:\n{}", cleave_core::superopt::explain_text(&r));
+}
+
+#[test]
+fn a_matmul_chain_is_reassociated() {
+    // A·(B·C) is exactly what Mirage's lexicographic order cannot reach.
+    let r = run("matmul_matmul_prefill");
+    let right = r.graphs.iter().map(|f| f.graph.graph()).find(|g| {
+        let n = g.node(g.outputs[0].node);
+        n.op == Op::MatMul && op(g, n.args[0]) == Op::Input(0) && op(g, n.args[1]) == Op::MatMul
+    });
+    assert!(right.is_some(), "no q·(kᵀ·v):\n{}", cleave_core::superopt::explain_text(&r));
+}
+
+#[test]
+fn a_row_sum_of_a_matmul_becomes_a_matrix_vector_product() {
+    // sum(x·w, axis=-1) = x · sum(w, axis=-1): the sum moves into the matmul's operand.
+    let r = run("matmul_rowsum_prefill");
+    let mv = r.graphs.iter().map(|f| f.graph.graph()).find(|g| {
+        let n = g.node(g.outputs[0].node);
+        n.op == Op::MatMul && matches!(op(g, n.args[1]), Op::Reduce(ReduceOp::Sum, _))
+    });
+    assert!(mv.is_some(), "{}", cleave_core::superopt::explain_text(&r));
+}
+
+#[test]
+fn kernels_with_two_outputs_are_searched_together() {
+    let g = common::graph(
+        r#"
+kernels:
+  - name: k
+    dims: { b: 4, k: 6, n: 5 }
+    inputs: { x: "f32[b, k]", w: "f32[k, n]" }
+    outputs: { y: "f32[b, n]", z: "f32[b, 1]" }
+    body: |
+      y = matmul(x, w)
+      z = sum(x * x, axis=-1)
+"#,
+    );
+    let r = search(&g, &options()).expect("search runs");
+    assert!(r.graphs.len() > 2, "{}", cleave_core::superopt::explain_text(&r));
+    for f in &r.graphs {
+        assert_eq!(f.graph.outputs.len(), 2);
+        assert_eq!(f.checks.float, Check::Passed);
+    }
+    // Some graph splits k for both outputs.
+    assert!(r.graphs.iter().any(|f| {
+        let g = f.graph.graph();
+        g.outputs.iter().all(|o| matches!(g.node(o.node).op, Op::Reduce(ReduceOp::Sum, 0)))
+    }));
+}

@@ -1,0 +1,110 @@
+//! Bad and pathological input: clear errors that name the construct, or a bounded stop with its
+//! reason; never a hang.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cleave_core::graph::{validate, Op, TensorDecl, UnaryOp};
+use cleave_core::superopt::{search, SearchError, SearchOptions};
+
+fn quick() -> SearchOptions {
+    SearchOptions { full_shape_budget_macs: 1 << 20, ..SearchOptions::default() }
+}
+
+#[test]
+fn a_target_with_a_split_is_refused_naming_the_op() {
+    let mut g2 = common::shipped("matmul_decode").into_inner();
+    let x = g2.inputs[0].node;
+    let w = g2.inputs[1].node;
+    let xs = g2.add(Op::Split(1), &[x]).expect("split");
+    let ws = g2.add(Op::Split(0), &[w]).expect("split");
+    let m = g2.add(Op::MatMul, &[xs, ws]).expect("matmul");
+    let s = g2.add(Op::Reduce(cleave_core::graph::ReduceOp::Sum, 0), &[m]).expect("sum");
+    g2.outputs[0].node = s;
+    let g2 = validate(g2).expect("valid");
+    match search(&g2, &quick()) {
+        Err(SearchError::Unsupported { op, .. }) => assert_eq!(op, "split"),
+        other => panic!("expected an unsupported-op error, got {:?}", other.map(|r| r.graphs.len())),
+    }
+}
+
+#[test]
+fn an_output_read_by_other_ops_is_refused() {
+    let mut g = common::shipped("matmul_decode").into_inner();
+    let y = g.outputs[0].node;
+    let z = g.add(Op::Unary(UnaryOp::Exp), &[y]).expect("exp");
+    let decl = TensorDecl { name: "z".into(), ..g.outputs[0].decl.clone() };
+    g.add_output(decl, z);
+    let g = validate(g).expect("valid");
+    let Err(err) = search(&g, &quick()) else { panic!("expected an error") };
+    assert!(err.to_string().contains("output `y`"), "{err}");
+}
+
+#[test]
+fn a_non_finite_constant_is_refused() {
+    let mut g = common::shipped("matmul_decode").into_inner();
+    let y = g.outputs[0].node;
+    let c = g.constant(f64::INFINITY);
+    let z = g.add(Op::Binary(cleave_core::graph::BinaryOp::Mul), &[y, c]).expect("mul");
+    g.outputs[0].node = z;
+    let g = validate(g).expect("valid");
+    let Err(err) = search(&g, &quick()) else { panic!("expected an error") };
+    assert!(matches!(&err, SearchError::Unsupported { op, .. } if op == "constant"), "{err}");
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let g = common::shipped("matmul_decode");
+    assert!(matches!(search(&g, &SearchOptions { trials: 1, ..quick() }), Err(SearchError::Options(_))));
+    assert!(matches!(search(&g, &SearchOptions { max_ops: Some(1000), ..quick() }), Err(SearchError::Options(_))));
+}
+
+#[test]
+fn too_many_dims_are_refused() {
+    // 33 eventually-reduced symbols need 66 index atoms.
+    let dims: Vec<String> = (0..33).map(|i| format!("d{i}: 2")).collect();
+    let shape: Vec<String> = (0..33).map(|i| format!("d{i}")).collect();
+    let mut lines = Vec::new();
+    for i in 0..33 {
+        let src = if i == 0 { "x".to_string() } else { format!("t{}", i - 1) };
+        let dst = if i == 32 { "y".to_string() } else { format!("t{i}") };
+        lines.push(format!("{dst} = sum({src}, axis={i})"));
+    }
+    let ones = vec!["1"; 33].join(", ");
+    let yaml = format!(
+        "kernels:\n  - name: k\n    dims: {{ {} }}\n    inputs: {{ x: \"f32[{}]\" }}\n    outputs: {{ y: \"f32[{ones}]\" }}\n    body: |\n{}\n",
+        dims.join(", "),
+        shape.join(", "),
+        lines.iter().map(|l| format!("      {l}")).collect::<Vec<_>>().join("\n")
+    );
+    let g = common::graph(&yaml);
+    let Err(err) = search(&g, &quick()) else { panic!("expected an error") };
+    assert!(matches!(&err, SearchError::Unsupported { op, .. } if op == "dims"), "{err}");
+}
+
+#[test]
+fn a_large_target_stops_at_its_limits() {
+    // A long chain over several reduced dims: the space is large, the search is bounded.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: k
+    dims: { a: 3, b: 5, c: 7, d: 11 }
+    inputs: { x: "f32[a, b]", y: "f32[b, c]", z: "f32[c, d]", u: "f32[d, a]" }
+    outputs: { o: "f32[a, a]" }
+    body: |
+      p = exp(matmul(x, y))
+      q = p / sum(p, axis=-1)
+      r = exp(matmul(q, z))
+      s = r / sum(r, axis=-1)
+      o = matmul(s, u) * 0.5 + matmul(s, u) / sum(s, axis=-1)
+"#,
+    );
+    let opts = SearchOptions { time_limit: Duration::from_secs(2), max_states: 200_000, ..quick() };
+    let start = Instant::now();
+    let r = search(&g, &opts).expect("search runs");
+    assert!(start.elapsed() < Duration::from_secs(30), "bounded: {:?}", start.elapsed());
+    assert_ne!(r.stop_reason.name(), "exhausted", "{} states", r.states_explored);
+    assert!(r.states_explored <= 200_000);
+}

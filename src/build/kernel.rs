@@ -1,0 +1,230 @@
+//! One declared kernel through the pipeline, or out of the cache: its CUDA source, launcher
+//! module, host-emulation symbols and lock entry.
+
+use std::path::Path;
+use std::time::Instant;
+
+use cleave_core::codegen::plan::plan_data;
+use cleave_core::codegen::rust::{self, ModuleSpec};
+use cleave_core::codegen::{cuda, headers};
+use cleave_core::front::tokens::canonical;
+use cleave_core::front::KernelDecl;
+use cleave_core::graph::ValidGraph;
+use cleave_core::pipeline::{self, Compiled, Options};
+use serde_json::{json, Value};
+
+use super::cache;
+
+/// Where a kernel was declared, for messages and the lockfile.
+#[derive(Clone, Debug)]
+pub(crate) enum Origin {
+    /// A kernel of a YAML file (the path as shown).
+    Yaml(String),
+    /// An inline `kernel!` at a file, line and column.
+    Inline(String, usize, usize),
+}
+
+impl Origin {
+    /// `kernels.yaml:12:5` or `src/lib.rs:3:1`.
+    pub(crate) fn at(&self, decl: &KernelDecl) -> String {
+        match self {
+            Origin::Yaml(file) => format!("{file}:{}:{}", decl.name_pos.line, decl.name_pos.col),
+            Origin::Inline(file, line, col) => format!("{file}:{line}:{col}"),
+        }
+    }
+
+    /// The file.
+    pub(crate) fn file(&self) -> &str {
+        match self {
+            Origin::Yaml(f) | Origin::Inline(f, ..) => f,
+        }
+    }
+}
+
+/// One kernel to build.
+#[derive(Clone, Debug)]
+pub(crate) struct Job {
+    pub(crate) decl: KernelDecl,
+    pub(crate) graph: ValidGraph,
+    pub(crate) origin: Origin,
+}
+
+/// A kernel's generated artifacts.
+#[derive(Clone, Debug)]
+pub(crate) struct Generated {
+    pub(crate) name: String,
+    /// The CUDA translation unit (also the host-emulation source).
+    pub(crate) cuda: String,
+    /// `(kernel symbol, host entry point)` per launch: the names the emulation build gives the
+    /// kernel's `extern "C"` functions.
+    pub(crate) renames: Vec<(String, String)>,
+    /// The launcher module.
+    pub(crate) module: String,
+    /// The chosen configuration, for `kernels.lock`.
+    pub(crate) lock: Value,
+    /// How it was obtained, for the build log.
+    pub(crate) how: How,
+}
+
+/// Whether a kernel came from the cache or was searched.
+#[derive(Clone, Debug)]
+pub(crate) enum How {
+    /// Loaded from this cache entry.
+    Hit,
+    /// Searched and scheduled.
+    Searched { seconds: f64, search_seconds: f64, schedule_seconds: f64, graphs: usize, states: u64 },
+}
+
+/// The expression every module uses for its fatbin: a file the builder writes per build, so
+/// the cached module text does not depend on whether nvcc was found.
+const FATBIN_EXPR: &str = r#"include!(concat!(env!("OUT_DIR"), "/cleave/fatbin.rs"))"#;
+
+/// The cache key of a declaration under these options: everything the generated artifacts
+/// depend on.
+pub(crate) fn key(decl: &KernelDecl, opts: &Options) -> String {
+    cleave_core::hash::hex(&[
+        b"cleave-kernel-v1",
+        rust::GENERATOR_FINGERPRINT.as_bytes(),
+        headers::fingerprint().as_bytes(),
+        env!("CARGO_PKG_VERSION").as_bytes(),
+        rust::RUNTIME.as_bytes(),
+        canonical(decl).as_bytes(),
+        format!("{opts:?}").as_bytes(),
+    ])
+}
+
+/// Loads the kernel from the cache, or runs the pipeline and stores the result.
+pub(crate) fn build(job: &Job, opts: &Options, cache_root: &Path) -> Result<Generated, String> {
+    let name = &job.decl.name;
+    let key = key(&job.decl, opts);
+    let path = cache_root.join("kernels").join(format!("{name}-{key}.json"));
+    if let Some(hit) = load(&path, name) {
+        return Ok(hit);
+    }
+    let start = Instant::now();
+    let compiled = pipeline::compile(&job.graph, opts).map_err(|e| e.to_string())?;
+    let generated = generate(job, &compiled, start)?;
+    let entry = json!({
+        "kernel": name,
+        "cuda": generated.cuda,
+        "renames": generated.renames,
+        "module": generated.module,
+        "lock": generated.lock,
+    });
+    // A cache that cannot be written only costs the next build a search.
+    let _ = cache::publish(&path, entry.to_string().as_bytes());
+    Ok(generated)
+}
+
+fn load(path: &Path, name: &str) -> Option<Generated> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    let renames = v["renames"]
+        .as_array()?
+        .iter()
+        .map(|pair| Some((pair[0].as_str()?.to_string(), pair[1].as_str()?.to_string())))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Generated {
+        name: name.to_string(),
+        cuda: v["cuda"].as_str()?.to_string(),
+        renames,
+        module: v["module"].as_str()?.to_string(),
+        lock: v["lock"].clone(),
+        how: How::Hit,
+    })
+}
+
+fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated, String> {
+    let name = &job.decl.name;
+    let best = &compiled.ranked[0];
+    let launch = &best.candidate.launch;
+    let plan = plan_data(launch, name)?;
+    let cuda = cuda::emit_launch(launch, name);
+    // Host entry points carry a hash of the source: kernels of the same name in two crates of
+    // one binary then never clash at link time, and identical ones are identical code.
+    let tag = &cleave_core::hash::hex(&[cuda.as_bytes()])[..16];
+    let renames: Vec<(String, String)> =
+        plan.launches.iter().map(|l| (l.symbol.clone(), format!("{}_{tag}", l.symbol))).collect();
+    let host_symbols: Vec<String> = renames.iter().map(|(_, r)| format!("cleave_emu_{r}")).collect();
+
+    let g = &launch.graph;
+    let graph_form: Vec<String> = g.outputs.iter().map(|o| format!("{} = {}", o.decl.name, g.expr(o.node))).collect();
+    let splits: serde_json::Map<String, Value> = best.splits.iter().map(|s| (s.name.clone(), json!(s.value))).collect();
+    let dims = launch.dims();
+    let kernels: Vec<Value> = launch
+        .kernels
+        .iter()
+        .zip(&launch.schedules)
+        .map(|(k, (config, _))| {
+            let grid: Vec<String> = k
+                .grid
+                .iter()
+                .map(|a| {
+                    let d = dims.get(a.dim);
+                    if a.tile == 1 {
+                        d.name.clone()
+                    } else {
+                        format!("ceil({}/{})", d.name, a.tile)
+                    }
+                })
+                .collect();
+            let out_tiles: serde_json::Map<String, Value> =
+                config.out.iter().map(|(v, t)| (dims.get(*v).name.clone(), json!(t))).collect();
+            let red_tiles: serde_json::Map<String, Value> =
+                config.red.iter().map(|(n, t)| (format!("%{}", n.0), json!(t))).collect();
+            json!({
+                "symbol": k.symbol,
+                "grid": grid,
+                "output_tiles": out_tiles,
+                "reduction_tiles": red_tiles,
+                "warps": config.warps,
+                "threads": k.warps.threads(),
+                "smem_bytes": k.smem_bytes,
+            })
+        })
+        .collect();
+    let lock = json!({
+        "declaration": cleave_core::front::tokens::fingerprint(&job.decl),
+        "graph": graph_form,
+        "splits": splits,
+        "kernels": kernels,
+        "estimated_seconds": best.candidate.seconds,
+    });
+
+    let mut summary: Vec<String> = graph_form.iter().map(|f| format!("graph: `{f}`")).collect();
+    if !best.splits.is_empty() {
+        let s: Vec<String> = best.splits.iter().map(|s| format!("{} = {}", s.name, s.value)).collect();
+        summary.push(format!("split-K: {}", s.join(", ")));
+    }
+    for k in &launch.kernels {
+        summary.push(format!(
+            "`{}`: {} threads, {} bytes of dynamic shared memory",
+            k.symbol,
+            k.warps.threads(),
+            k.smem_bytes
+        ));
+    }
+    summary.push(format!("estimated {:.3e} s at the representative extents", best.candidate.seconds));
+    let module = rust::module(&ModuleSpec {
+        decl: &job.decl,
+        plan: &plan,
+        host_symbols: &host_symbols,
+        fatbin: FATBIN_EXPR,
+        summary: &summary,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(Generated {
+        name: name.clone(),
+        cuda,
+        renames,
+        module,
+        lock,
+        how: How::Searched {
+            seconds: start.elapsed().as_secs_f64(),
+            search_seconds: compiled.search.seconds,
+            schedule_seconds: compiled.schedule_seconds,
+            graphs: compiled.search.graphs.len(),
+            states: compiled.search.states_explored,
+        },
+    })
+}

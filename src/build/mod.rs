@@ -1,0 +1,610 @@
+//! The build-script side of Cleave: from kernel declarations to generated, compiled and
+//! embedded kernels with typed launchers.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     cleave::build::Builder::new().kernels("kernels.yaml").compile()?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! and in the crate:
+//!
+//! ```ignore
+//! cleave::include_kernels!();          // pub mod kernels { pub mod attention { .. } .. }
+//! cleave::kernel!(attention);          // pub mod attention { .. }, one kernel of the YAML
+//! cleave::kernel! {                    // an inline declaration: pub mod swiglu { .. }
+//!     name: swiglu,
+//!     dims: { t: dyn 256, k: 4096, f: 14336 },
+//!     inputs: { x: f16[t, k], w1: f16[k, f], w2: f16[k, f] },
+//!     outputs: { y: f16[t, f] },
+//!     body: { y = silu(matmul(x, w1)) * matmul(x, w2) }
+//! }
+//! ```
+//!
+//! # What `compile` does
+//!
+//! 1. Reads every YAML file (paths relative to `CARGO_MANIFEST_DIR`) and, unless disabled,
+//!    scans `src/**/*.rs` for inline `kernel! { .. }` declarations. Errors in a YAML file fail
+//!    the build with `FILE:LINE:COL: message` diagnostics; an inline declaration with errors is
+//!    left to the macro, which reports it at the offending token.
+//! 2. Runs the pipeline (search, scheduling, code generation) for every kernel, in parallel,
+//!    or takes the result from the cache.
+//! 3. Writes under `OUT_DIR/cleave/`: the CUDA sources, the launcher modules, the headers and
+//!    `build.log` (whether each kernel was a cache hit or searched, and how long it took).
+//! 4. Compiles one fatbin with nvcc, if nvcc is found; without it the build still succeeds
+//!    with one warning, `launch` returns [`Error::NotBuilt`](crate::Error::NotBuilt) and
+//!    `run_host` works.
+//! 5. Compiles the host-emulation static library (the same CUDA source, as C++ against the
+//!    emulation header) with the system C++ compiler and links it.
+//! 6. Writes `kernels.lock` next to the (first) YAML file: the configuration chosen for every
+//!    kernel. It is rewritten only when a choice changes; commit it to see in review when a
+//!    kernel's schedule changed.
+//!
+//! # Environment
+//!
+//! - `CUDA_COMPUTE_CAP`: the architectures, a list (`80,90`, `sm_86 90a`) or `all`; the
+//!   default is SASS for sm_80 and sm_90 plus compute_90 PTX. The GPU of the build machine is
+//!   never consulted (no `nvidia-smi`).
+//! - `NVCC`, `CUDA_HOME`, `CUDA_PATH`, `CUDA_ROOT`, `CUDA_TOOLKIT_ROOT_DIR`, `PATH`,
+//!   `NVCC_CCBIN`: how nvcc is found (see [`cleave_core::toolchain::discover_with`]).
+//! - `CLEAVE_CACHE_DIR`: the cache (default `$XDG_CACHE_HOME/cleave` or `~/.cache/cleave`).
+//! - `CXX`, `CXXFLAGS` and the other variables of the `cc` crate: the host C++ compiler.
+//!
+//! The script reruns only when a YAML file, a scanned source or one of these variables
+//! changes (each is named in a precise `rerun-if-changed` / `rerun-if-env-changed`).
+//!
+//! # Cache
+//!
+//! Searching is the slow part, so its results live in a content-addressed cache outside
+//! `OUT_DIR` (it survives `cargo clean`): one entry per declaration, keyed by the declaration,
+//! the pipeline options (including the architectures), the versions of the generator and its
+//! headers; one fatbin per set of sources, nvcc and architectures; one emulation library per
+//! set of sources and C++ compiler. A rebuild with nothing changed searches nothing.
+//!
+//! # Build profile
+//!
+//! The search runs inside the build script, which Cargo compiles without optimizations by
+//! default. Add this to the workspace's `Cargo.toml` to make it several times faster:
+//!
+//! ```toml
+//! [profile.dev.build-override]
+//! opt-level = 2
+//! [profile.release.build-override]
+//! opt-level = 2
+//! ```
+
+mod cache;
+mod env;
+mod kernel;
+mod native;
+mod scan;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cleave_core::codegen::headers;
+use cleave_core::front::check_source;
+use cleave_core::front::tokens::fingerprint;
+use cleave_core::pipeline::Options;
+use cleave_core::schedule::arch::{Arch as Budget, SM80, SM90};
+use cleave_core::toolchain::{discover_with, ArchSet};
+use rayon::prelude::*;
+
+use env::{Directives, Env};
+use kernel::{Generated, How, Job, Origin};
+
+/// Configures and runs the build of a crate's kernels; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Builder {
+    yaml: Vec<PathBuf>,
+    scan_src: bool,
+    scan_extra: Vec<PathBuf>,
+    arches: Option<String>,
+    cache_dir: Option<PathBuf>,
+    use_nvcc: bool,
+    require_nvcc: bool,
+    lockfile: bool,
+    search_time_limit: Option<Duration>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Builder {
+    /// A builder with no YAML file that scans `src/` for inline declarations, uses nvcc when it
+    /// finds it, and writes a lockfile.
+    pub fn new() -> Self {
+        Builder {
+            yaml: Vec::new(),
+            scan_src: true,
+            scan_extra: Vec::new(),
+            arches: None,
+            cache_dir: None,
+            use_nvcc: true,
+            require_nvcc: false,
+            lockfile: true,
+            search_time_limit: None,
+        }
+    }
+
+    /// Adds a YAML declaration file, relative to the crate's manifest directory. Its kernels
+    /// become `cleave::include_kernels!()`'s `kernels` module and `cleave::kernel!(name)`.
+    pub fn kernels(mut self, path: impl Into<PathBuf>) -> Self {
+        self.yaml.push(path.into());
+        self
+    }
+
+    /// Whether to scan `src/**/*.rs` for inline `kernel! { .. }` declarations (default: yes).
+    pub fn scan_sources(mut self, yes: bool) -> Self {
+        self.scan_src = yes;
+        self
+    }
+
+    /// Also scans this file or directory (relative to the manifest directory) for inline
+    /// declarations: for kernels declared in `examples/`, `tests/` or `benches/`.
+    pub fn scan(mut self, path: impl Into<PathBuf>) -> Self {
+        self.scan_extra.push(path.into());
+        self
+    }
+
+    /// The target architectures, in `CUDA_COMPUTE_CAP` syntax (`"80,90"`, `"all"`); overrides
+    /// the variable.
+    pub fn arches(mut self, list: impl Into<String>) -> Self {
+        self.arches = Some(list.into());
+        self
+    }
+
+    /// The cache directory (default: `CLEAVE_CACHE_DIR`, else the user cache directory).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Whether to look for nvcc at all (default: yes). Without it, `launch` returns
+    /// `Error::NotBuilt` and `run_host` works.
+    pub fn nvcc(mut self, yes: bool) -> Self {
+        self.use_nvcc = yes;
+        self
+    }
+
+    /// Fails the build when nvcc is not found, instead of warning (default: warn). For
+    /// release pipelines that must ship GPU code.
+    pub fn require_nvcc(mut self, yes: bool) -> Self {
+        self.require_nvcc = yes;
+        self
+    }
+
+    /// Whether to write `kernels.lock` next to the first YAML file (default: yes).
+    pub fn lockfile(mut self, yes: bool) -> Self {
+        self.lockfile = yes;
+        self
+    }
+
+    /// Bounds the algebraic search of each kernel (default: the pipeline's own limit). A search
+    /// that stops early still yields the best schedule among what it found.
+    pub fn search_time_limit(mut self, limit: Duration) -> Self {
+        self.search_time_limit = Some(limit);
+        self
+    }
+
+    /// Runs the build; see the [module docs](self). Prints Cargo directives on stdout, so it
+    /// belongs in a build script.
+    pub fn compile(self) -> Result<Report, BuildError> {
+        let env = Env::default();
+        let mut directives = Directives::default();
+        let result = self.run(&env, &mut directives);
+        // Directives are printed even when the build fails, so that fixing a watched file
+        // reruns the script.
+        directives.emit(&env);
+        result
+    }
+
+    fn run(&self, env: &Env, directives: &mut Directives) -> Result<Report, BuildError> {
+        let out_dir = Env::cargo("OUT_DIR").map(PathBuf::from).ok_or_else(|| {
+            BuildError::one("cleave::build::Builder::compile must run in a build script (OUT_DIR is not set)")
+        })?;
+        let manifest = Env::cargo("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        let package = Env::cargo("CARGO_PKG_NAME").map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+
+        let jobs = self.declarations(&manifest, directives)?;
+
+        let arches = match &self.arches {
+            Some(list) => ArchSet::parse(list),
+            None => ArchSet::from_env(|v| env.var(v)),
+        }
+        .map_err(|e| BuildError::one(format!("{}: {e}", cleave_core::toolchain::COMPUTE_CAP_VAR)))?;
+        let mut opts = Options { archs: budgets(&arches), ..Options::default() };
+        if let Some(limit) = self.search_time_limit {
+            opts.search.time_limit = limit;
+        }
+        let cache_root = cache::root(self.cache_dir.as_deref(), env);
+
+        let results: Vec<Result<Generated, String>> =
+            jobs.par_iter().map(|job| kernel::build(job, &opts, &cache_root)).collect();
+        let mut generated = Vec::new();
+        let mut errors = Vec::new();
+        for (job, r) in jobs.iter().zip(results) {
+            match r {
+                Ok(g) => generated.push(g),
+                Err(e) => errors.push(format!("{}: kernel `{}`: {e}", job.origin.at(&job.decl), job.decl.name)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(BuildError { messages: errors });
+        }
+
+        let dir = out_dir.join("cleave");
+        let io = |path: &Path, e: std::io::Error| BuildError::one(format!("{}: {e}", path.display()));
+        let include = dir.join("include");
+        headers::write_to(&include).map_err(|e| io(&include, e))?;
+        let mut log = vec![format!("cleave {} build of `{package}`", env!("CARGO_PKG_VERSION"))];
+        let (sources, units) = write_sources(&dir, &jobs, &generated).map_err(|(p, e)| io(&p, e))?;
+        write_modules(&dir, &jobs, &generated).map_err(|(p, e)| io(&p, e))?;
+        for (job, g) in jobs.iter().zip(&generated) {
+            log.push(match &g.how {
+                How::Hit => format!("kernel {} ({}): cache hit", g.name, job.origin.at(&job.decl)),
+                How::Searched { seconds, search_seconds, schedule_seconds, graphs, states } => format!(
+                    "kernel {} ({}): searched in {seconds:.2} s (search {search_seconds:.2} s, {graphs} graphs, \
+                     {states} states; schedule {schedule_seconds:.2} s)",
+                    g.name,
+                    job.origin.at(&job.decl)
+                ),
+            });
+        }
+
+        // The GPU binary.
+        let fatbin_path = dir.join("kernels.fatbin");
+        let mut fatbin = None;
+        if !sources.is_empty() && self.use_nvcc {
+            let found = discover_with(|v| {
+                env.record(v);
+                std::env::var_os(v)
+            });
+            match &found.nvcc {
+                Some(nvcc) => {
+                    let line = native::fatbin(nvcc, &sources, &include, &arches, &cache_root, &fatbin_path)
+                        .map_err(|e| BuildError::one(format!("nvcc could not compile the generated kernels: {e}")))?;
+                    log.push(line);
+                    fatbin = Some(fatbin_path.clone());
+                }
+                None => {
+                    let why =
+                        if found.notes.is_empty() { String::new() } else { format!(" ({})", found.notes.join("; ")) };
+                    let message = format!(
+                        "cleave: nvcc not found{why}; the kernels are generated but not compiled for the GPU, so \
+                         `launch` returns Error::NotBuilt (`run_host` works). Set NVCC or CUDA_HOME to build GPU code"
+                    );
+                    if self.require_nvcc {
+                        return Err(BuildError::one(message));
+                    }
+                    directives.warn(&message);
+                    log.push("fatbin: not built (nvcc not found)".to_string());
+                }
+            }
+        } else if !sources.is_empty() {
+            log.push("fatbin: not built (disabled by the builder)".to_string());
+        }
+        let fatbin_rs = match &fatbin {
+            Some(_) => format!(
+                "::core::option::Option::Some(::cleave::runtime::cuda::Fatbin {{ image: \
+                 include_bytes!(concat!(env!(\"OUT_DIR\"), \"/cleave/kernels.fatbin\")), built_for: {:?} }})\n",
+                arches.describe()
+            ),
+            None => {
+                let _ = fs::remove_file(&fatbin_path);
+                "::core::option::Option::None\n".to_string()
+            }
+        };
+        cache::write_if_changed(&dir.join("fatbin.rs"), fatbin_rs.as_bytes())
+            .map_err(|e| io(&dir.join("fatbin.rs"), e))?;
+
+        // The host-emulation library.
+        if !units.is_empty() {
+            let lib = format!("cleave_emu_{}", package.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+            let line =
+                native::emulation_library(&units, &include, &lib, &cache_root, &dir.join("lib"), env, directives)
+                    .map_err(BuildError::one)?;
+            log.push(line);
+        }
+
+        if self.lockfile && !jobs.is_empty() {
+            let lock_path = self.lock_path(&manifest);
+            let text = lock_text(&jobs, &generated, &arches);
+            match cache::write_if_changed(&lock_path, text.as_bytes()) {
+                Ok(true) => log.push(format!("lockfile: updated {}", lock_path.display())),
+                Ok(false) => log.push(format!("lockfile: unchanged {}", lock_path.display())),
+                Err(e) => directives.warn(&format!("cleave: could not write {}: {e}", lock_path.display())),
+            }
+        }
+
+        let log_path = dir.join("build.log");
+        log.push(String::new());
+        fs::write(&log_path, log.join("\n")).map_err(|e| io(&log_path, e))?;
+        Ok(Report {
+            kernels: jobs
+                .iter()
+                .zip(&generated)
+                .map(|(job, g)| KernelReport {
+                    name: g.name.clone(),
+                    origin: job.origin.at(&job.decl),
+                    cache_hit: matches!(g.how, How::Hit),
+                    seconds: match g.how {
+                        How::Hit => 0.0,
+                        How::Searched { seconds, .. } => seconds,
+                    },
+                })
+                .collect(),
+            fatbin,
+            out_dir: dir,
+            log: log_path,
+        })
+    }
+
+    /// Reads the YAML files and scans the sources: every kernel to build, with names unique
+    /// across both.
+    fn declarations(&self, manifest: &Path, directives: &mut Directives) -> Result<Vec<Job>, BuildError> {
+        let mut jobs = Vec::new();
+        let mut errors = Vec::new();
+        for file in &self.yaml {
+            let path = manifest.join(file);
+            let shown = file.display().to_string();
+            directives.watch(&path);
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) => {
+                    errors.push(format!("{shown}: cannot read the kernel declarations ({}): {e}", path.display()));
+                    continue;
+                }
+            };
+            match check_source(&bytes) {
+                Ok(module) => jobs.extend(module.kernels.into_iter().map(|(decl, graph)| Job {
+                    decl,
+                    graph,
+                    origin: Origin::Yaml(shown.clone()),
+                })),
+                Err(diags) => errors.extend(diags.iter().map(|d| d.render(&shown))),
+            }
+        }
+        let mut roots = Vec::new();
+        if self.scan_src {
+            roots.push(manifest.join("src"));
+        }
+        roots.extend(self.scan_extra.iter().map(|p| manifest.join(p)));
+        for root in roots {
+            for path in scan::rust_files(&root) {
+                directives.watch(&path);
+                let Ok(text) = fs::read_to_string(&path) else { continue };
+                let shown = path.strip_prefix(manifest).unwrap_or(&path).display().to_string();
+                for k in scan::scan_text(&shown, &text) {
+                    jobs.push(Job { decl: k.decl, graph: k.graph, origin: Origin::Inline(k.file, k.line, k.col) });
+                }
+            }
+        }
+        let mut first: BTreeMap<&str, String> = BTreeMap::new();
+        for job in &jobs {
+            let at = job.origin.at(&job.decl);
+            if let Some(prev) = first.get(job.decl.name.as_str()) {
+                errors.push(format!(
+                    "{at}: kernel `{}` is declared twice (first at {prev}); kernel names must be unique in a crate",
+                    job.decl.name
+                ));
+            } else {
+                first.insert(&job.decl.name, at);
+            }
+        }
+        if errors.is_empty() {
+            Ok(jobs)
+        } else {
+            Err(BuildError { messages: errors })
+        }
+    }
+
+    fn lock_path(&self, manifest: &Path) -> PathBuf {
+        match self.yaml.first() {
+            Some(yaml) => manifest.join(yaml).with_extension("lock"),
+            None => manifest.join("kernels.lock"),
+        }
+    }
+}
+
+/// The scheduler's hardware budgets for a set of architectures: the sm_80 or sm_90 model,
+/// with the architecture's own shared-memory limit (sm_86 and sm_89 have less than sm_80).
+fn budgets(arches: &ArchSet) -> Vec<Budget> {
+    let mut out: Vec<Budget> = arches
+        .sass()
+        .iter()
+        .map(|a| {
+            let mut b = if a.major >= 9 { SM90 } else { SM80 };
+            if let Some(smem) = a.smem_per_block() {
+                b.smem_per_block = b.smem_per_block.min(u64::from(smem));
+                b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
+            }
+            b
+        })
+        .collect();
+    out.dedup();
+    if out.is_empty() {
+        out = vec![SM80, SM90];
+    }
+    out
+}
+
+/// Writes each kernel's CUDA source and its host-emulation unit; returns both lists.
+fn write_sources(
+    dir: &Path,
+    jobs: &[Job],
+    generated: &[Generated],
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), (PathBuf, std::io::Error)> {
+    let src = dir.join("src");
+    let mut sources = Vec::new();
+    let mut units = Vec::new();
+    for (job, g) in jobs.iter().zip(generated) {
+        let cu = src.join(format!("{}.cu", g.name));
+        cache::write_if_changed(&cu, g.cuda.as_bytes()).map_err(|e| (cu.clone(), e))?;
+        let mut unit = format!(
+            "// Generated by cleave: the host-emulation build of kernel `{}` ({}).\n\
+             // Its extern \"C\" functions are renamed with a hash of the source, so that kernels of the\n\
+             // same name in two crates of one program never clash at link time.\n",
+            g.name,
+            job.origin.file()
+        );
+        for (symbol, renamed) in &g.renames {
+            unit.push_str(&format!("#define {symbol} {renamed}\n#define cleave_emu_{symbol} cleave_emu_{renamed}\n"));
+        }
+        unit.push_str(&format!("#include \"{}.cu\"\n", g.name));
+        let cpp = src.join(format!("{}.emu.cpp", g.name));
+        cache::write_if_changed(&cpp, unit.as_bytes()).map_err(|e| (cpp.clone(), e))?;
+        sources.push(cu);
+        units.push(cpp);
+    }
+    remove_others(&src, &sources.iter().chain(&units).cloned().collect::<Vec<_>>());
+    Ok((sources, units))
+}
+
+/// Writes the launcher modules: `yaml/<name>.rs` per YAML kernel with `kernels.rs` including
+/// them all, and `inline/<name>-<declaration hash>.rs` per inline kernel. Files of kernels no
+/// longer declared are removed, so the macros report a stale name instead of using old code.
+fn write_modules(dir: &Path, jobs: &[Job], generated: &[Generated]) -> Result<(), (PathBuf, std::io::Error)> {
+    let yaml_dir = dir.join("yaml");
+    let inline_dir = dir.join("inline");
+    fs::create_dir_all(&yaml_dir).map_err(|e| (yaml_dir.clone(), e))?;
+    fs::create_dir_all(&inline_dir).map_err(|e| (inline_dir.clone(), e))?;
+    let mut index = String::from("// Generated by cleave: every kernel of the YAML files. Do not edit.\n");
+    let mut written = Vec::new();
+    for (job, g) in jobs.iter().zip(generated) {
+        let path = match &job.origin {
+            Origin::Yaml(_) => {
+                index.push_str(&format!("include!(concat!(env!(\"OUT_DIR\"), \"/cleave/yaml/{}.rs\"));\n", g.name));
+                yaml_dir.join(format!("{}.rs", g.name))
+            }
+            Origin::Inline(..) => inline_dir.join(format!("{}-{}.rs", g.name, fingerprint(&job.decl))),
+        };
+        cache::write_if_changed(&path, g.module.as_bytes()).map_err(|e| (path.clone(), e))?;
+        written.push(path);
+    }
+    remove_others(&yaml_dir, &written);
+    remove_others(&inline_dir, &written);
+    let index_path = dir.join("kernels.rs");
+    cache::write_if_changed(&index_path, index.as_bytes()).map_err(|e| (index_path.clone(), e))?;
+    Ok(())
+}
+
+/// Removes the files of `dir` that are not in `keep`.
+fn remove_others(dir: &Path, keep: &[PathBuf]) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file() && !keep.contains(&path) {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
+/// The lockfile: per kernel, where it is declared and what was chosen.
+fn lock_text(jobs: &[Job], generated: &[Generated], arches: &ArchSet) -> String {
+    let mut kernels = serde_json::Map::new();
+    for (job, g) in jobs.iter().zip(generated) {
+        let mut entry = g.lock.clone();
+        if let Some(obj) = entry.as_object_mut() {
+            obj.insert("source".into(), serde_json::Value::String(job.origin.file().to_string()));
+        }
+        kernels.insert(g.name.clone(), entry);
+    }
+    let doc = serde_json::json!({
+        "comment": "Generated by cleave::build: the configuration chosen for each kernel. Do not edit; commit it.",
+        "cleave": env!("CARGO_PKG_VERSION"),
+        "arches": arches.describe(),
+        "kernels": kernels,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// What a build did.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// One entry per kernel, YAML kernels first.
+    pub kernels: Vec<KernelReport>,
+    /// The fatbin, when nvcc built one.
+    pub fatbin: Option<PathBuf>,
+    /// `OUT_DIR/cleave`.
+    pub out_dir: PathBuf,
+    /// The build log.
+    pub log: PathBuf,
+}
+
+/// What happened to one kernel.
+#[derive(Clone, Debug)]
+pub struct KernelReport {
+    /// The kernel name.
+    pub name: String,
+    /// Where it is declared (`FILE:LINE:COL`).
+    pub origin: String,
+    /// Whether the pipeline result came from the cache.
+    pub cache_hit: bool,
+    /// Seconds spent searching and scheduling (0 on a cache hit).
+    pub seconds: f64,
+}
+
+/// Why a build failed: one located message per problem.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BuildError {
+    messages: Vec<String>,
+}
+
+impl BuildError {
+    fn one(message: impl Into<String>) -> Self {
+        BuildError { messages: vec![message.into()] }
+    }
+
+    /// The messages, each `FILE:LINE:COL: message` where a location is known.
+    pub fn messages(&self) -> &[String] {
+        &self.messages
+    }
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.messages.join("\n"))
+    }
+}
+
+/// The same text as `Display`: a build script's `main` returning this error prints it with
+/// `Debug`, and the user should see the located messages, not a struct dump.
+impl fmt::Debug for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "cleave could not build the kernels:")?;
+        f.write_str(&self.messages.join("\n"))
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_follow_the_architectures() {
+        assert_eq!(budgets(&ArchSet::default()), vec![SM80, SM90]);
+        let b = budgets(&ArchSet::parse("86").unwrap());
+        assert_eq!(b.len(), 1);
+        assert!(b[0].smem_per_block < SM80.smem_per_block);
+    }
+
+    #[test]
+    fn build_errors_print_their_messages() {
+        let e = BuildError { messages: vec!["kernels.yaml:3:5: unknown op `foo`".into()] };
+        assert_eq!(e.to_string(), "kernels.yaml:3:5: unknown op `foo`");
+        assert!(format!("{e:?}").ends_with("kernels.yaml:3:5: unknown op `foo`"));
+    }
+}

@@ -1,0 +1,9 @@
+cleave::kernel! {
+    name: scaled,
+    dims: { t: dyn 256, k: 64 },
+    inputs: { x: f64[t, k] },
+    outputs: { y: f16[t, k] },
+    body: { y = exp(x) }
+}
+
+fn main() {}

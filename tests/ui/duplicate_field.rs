@@ -1,0 +1,10 @@
+cleave::kernel! {
+    name: twice,
+    dims: { t: dyn 256 },
+    inputs: { x: f16[t] },
+    outputs: { y: f16[t] },
+    body: { y = exp(x) },
+    body: { y = exp(x) }
+}
+
+fn main() {}

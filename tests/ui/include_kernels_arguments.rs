@@ -1,0 +1,3 @@
+cleave::include_kernels!("kernels.yaml");
+
+fn main() {}

@@ -1,0 +1,8 @@
+cleave::kernel! {
+    name: scaled,
+    dims: { t: dyn 256 },
+    inputs: { x: f16[t] },
+    body: { y = exp(x) }
+}
+
+fn main() {}

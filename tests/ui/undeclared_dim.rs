@@ -1,0 +1,9 @@
+cleave::kernel! {
+    name: projection,
+    dims: { t: dyn 256, k: 64 },
+    inputs: { x: f16[t, k], w: f16[k, n] },
+    outputs: { y: f16[t, n] },
+    body: { y = matmul(x, w) }
+}
+
+fn main() {}
