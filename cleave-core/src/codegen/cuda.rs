@@ -306,7 +306,8 @@ impl Gen<'_> {
     /// `col`, `mi`, `h`, `ni`, `e`.
     fn open_rows(&mut self) {
         let mt = self.k.warps.m_tiles;
-        self.line(&format!("#pragma unroll\nfor (int mi = 0; mi < {mt}; ++mi)"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int mi = 0; mi < {mt}; ++mi)"));
         self.line("#pragma unroll");
         self.line("for (int h = 0; h < 2; ++h) {");
         self.depth += 1;
@@ -469,7 +470,12 @@ impl Gen<'_> {
         self.line("{");
         self.depth += 1;
         if !accumulate {
-            self.line(&format!("#pragma unroll\nfor (int mi = 0; mi < {mt}; ++mi)\n#pragma unroll\nfor (int ni = 0; ni < {nt}; ++ni)\n#pragma unroll\nfor (int r = 0; r < 4; ++r) {c}[mi][ni][r] = 0.0f;"));
+            self.line("#pragma unroll");
+            self.line(&format!("for (int mi = 0; mi < {mt}; ++mi)"));
+            self.line("#pragma unroll");
+            self.line(&format!("for (int ni = 0; ni < {nt}; ++ni)"));
+            self.line("#pragma unroll");
+            self.line(&format!("for (int r = 0; r < 4; ++r) {c}[mi][ni][r] = 0.0f;"));
         }
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; ++kk) {{", k / 16));
