@@ -7,13 +7,20 @@ use super::{kernel, load, Opts, UserError};
 
 /// Loads the file, finds the kernel and runs the pipeline on it.
 pub(crate) fn compile_kernel(o: &Opts) -> Result<Compiled, UserError> {
+    compile_with_decl(o).map(|(_, c)| c)
+}
+
+/// Like [`compile_kernel`], also returning the declaration as written.
+pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelDecl, Compiled), UserError> {
     let module = load(&o.file)?;
-    let (_, graph) = kernel(&module, o.required("kernel")?)?;
+    let (decl, graph) = kernel(&module, o.required("kernel")?)?;
+    let decl = decl.clone();
     let mut opts = Options::default();
     if o.switch("no-split") {
         opts.search.split = false;
     }
-    compile(graph, &opts).map_err(|e| UserError(format!("{}: kernel `{}`: {e}", o.file, graph.name)))
+    let c = compile(graph, &opts).map_err(|e| UserError(format!("{}: kernel `{}`: {e}", o.file, graph.name)))?;
+    Ok((decl, c))
 }
 
 /// Iterator names for printing one kernel's program.

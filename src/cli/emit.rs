@@ -2,15 +2,16 @@
 
 use std::path::Path;
 
+use cleave_core::codegen::rust::{module, ModuleSpec};
 use cleave_core::codegen::{cuda, headers, plan::plan_data, tilelang};
 
-use super::compile::compile_kernel;
+use super::compile::compile_with_decl;
 use super::{Opts, UserError};
 
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let target = o.required("target")?.to_string();
     let out = o.required("out")?.to_string();
-    let c = compile_kernel(o)?;
+    let (decl, c) = compile_with_decl(o)?;
     let launch = c.best();
     let name = &c.declared.name;
     let dir = Path::new(&out);
@@ -29,8 +30,19 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
         "tilelang" => write(&format!("{name}.py"), &tilelang::emit_launch(launch, name))?,
         "rust" => {
+            // The launcher module the build integration would include; outside a build there is
+            // no fatbin to embed, so its GPU path reports `NotBuilt`.
             let plan = plan_data(launch, name).map_err(|e| UserError(format!("{name}: {e}")))?;
-            write(&format!("{name}_plan.rs"), &format!("{}\n", plan.to_rust("::cleave::runtime")))?;
+            let host: Vec<String> = plan.launches.iter().map(|l| format!("cleave_emu_{}", l.symbol)).collect();
+            let text = module(&ModuleSpec {
+                decl: &decl,
+                plan: &plan,
+                host_symbols: &host,
+                fatbin: "::core::option::Option::None",
+                summary: &[],
+            })
+            .map_err(|e| UserError(e.to_string()))?;
+            write(&format!("{name}.rs"), &text)?;
         }
         other => return Err(UserError(format!("unknown target `{other}`; expected cuda, tilelang or rust"))),
     }

@@ -9,7 +9,7 @@
 // ldmatrix phase in distinct banks: 1 for rows of 128 bytes or more, 2 for 64-byte rows,
 // 3 for 32-byte rows, 0 for none.
 template <int ROW_BYTES, int SIZE, int MODE>
-__host__ __device__ __forceinline__ int cleave_off(int r, int c) {
+__device__ __forceinline__ int cleave_off(int r, int c) {
   const int b = c * SIZE;
   if (MODE == 0) return r * ROW_BYTES + b;
   const int ch = b >> 4;
@@ -18,29 +18,29 @@ __host__ __device__ __forceinline__ int cleave_off(int r, int c) {
 }
 
 // exp(a - b), exactly 0 when a is -inf (a running max that has seen nothing yet).
-__host__ __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
+__device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return a == -INFINITY ? 0.0f : cleave::fast_exp2((a - b) * 1.4426950408889634f);
 }
 
-__host__ __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
+__device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
   return (a + b - 1) / b;
 }
-__host__ __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
-__host__ __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
-__host__ __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
+__device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
 // registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
-__host__ __device__ __forceinline__ float cleave_div(float a, float b) {
+__device__ __forceinline__ float cleave_div(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fdividef(a, b);
 #else
   return a / b;
 #endif
 }
-__host__ __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
-__host__ __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
-__host__ __device__ __forceinline__ float cleave_silu(float x) { return cleave_div(x, 1.0f + expf(-x)); }
-__host__ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float cleave_sq(float x) { return x * x; }
+__device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
+__device__ __forceinline__ float cleave_silu(float x) { return cleave_div(x, 1.0f + expf(-x)); }
+__device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 #endif
 
 // Tile program:

@@ -46,26 +46,36 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ size_t gmem_addr(const void* p) { return __cvta_generic_to_global(p); }
 }  // namespace detail
 
+// The tensor-core product m16n8k16 and cp.async need sm_80. Generated kernels target sm_80 and
+// newer (the runtime refuses older devices), but a plain `nvcc -c` compiles for nvcc's default
+// architecture too; there the sm_80 instructions become a trap, so the source still compiles
+// and a kernel launched on an unsupported device stops instead of computing garbage.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define CLEAVE_SM80_OR_TRAP(...) __trap()
+#else
+#define CLEAVE_SM80_OR_TRAP(...) __VA_ARGS__
+#endif
+
 // Warp-synchronous instructions are `asm volatile` so that the compiler never moves them into
 // a branch that only part of the warp takes.
 __device__ __forceinline__ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2],
                                              const float c[4]) {
-  asm volatile(
+  CLEAVE_SM80_OR_TRAP(asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
-        "f"(c[1]), "f"(c[2]), "f"(c[3]));
+        "f"(c[1]), "f"(c[2]), "f"(c[3])));
 }
 
 __device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4],
                                                   const uint32_t b[2], const float c[4]) {
-  asm volatile(
+  CLEAVE_SM80_OR_TRAP(asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
-        "f"(c[1]), "f"(c[2]), "f"(c[3]));
+        "f"(c[1]), "f"(c[2]), "f"(c[3])));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
@@ -94,19 +104,19 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void* sme
 
 // With src-size below 16 the rest of the 16 bytes is zero-filled, and with 0 nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+  CLEAVE_SM80_OR_TRAP(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
                    detail::smem_addr(smem_dst)),
-               "l"(detail::gmem_addr(gmem_src)), "r"(src_bytes));
+               "l"(detail::gmem_addr(gmem_src)), "r"(src_bytes)));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { CLEAVE_SM80_OR_TRAP(asm volatile("cp.async.commit_group;\n" ::)); }
 
 // The memory clobber keeps the compiler from hoisting this thread's shared-memory reads above
 // the wait.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   static_assert(N >= 0, "cp_async_wait<N> needs N >= 0");
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+  CLEAVE_SM80_OR_TRAP(asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"));
 }
 
 // The butterflies below fix the reduction order; the emulator replays exactly these steps.

@@ -1,0 +1,156 @@
+//! `cleave search`, `schedule`, `emit` and `explain` from the command line: the JSON contracts
+//! of DESIGN §7.2, and emitted directories that their tools accept as they are.
+
+use std::path::Path;
+use std::process::Command;
+
+fn cleave(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cleave")).args(args).output().expect("the cleave binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const KERNELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml");
+
+#[test]
+fn schedule_json_has_the_contract_fields() {
+    let (code, out, err) = cleave(&["schedule", KERNELS, "--kernel", "mha_d128_decode", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["kernel"], "mha_d128_decode");
+    let cands = v["candidates"].as_array().expect("candidates");
+    assert!(!cands.is_empty());
+    let best = &cands[0];
+    let kernels = best["kernels"].as_array().expect("kernels");
+    assert_eq!(kernels.len(), 2, "split + combine");
+    for k in kernels {
+        for field in ["grid", "tile_config", "smem_bytes", "gmem_bytes", "program"] {
+            assert!(!k[field].is_null(), "missing {field}");
+        }
+        assert!(k["grid"].is_array());
+        assert!(k["program"].as_str().expect("text").contains("parfor"));
+    }
+    // The split kernel's program shows the stabilization.
+    let p = kernels[0]["program"].as_str().expect("text");
+    assert!(p.contains("Rowmax(") && p.contains("exp("), "{p}");
+    // Candidates are ranked by estimated time.
+    let secs: Vec<f64> = cands.iter().map(|c| c["estimated_seconds"].as_f64().expect("number")).collect();
+    assert!(secs.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn search_json_lists_ops_topologically_with_the_output_last() {
+    let (code, out, err) = cleave(&["search", KERNELS, "--kernel", "mha_d64_prefill", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    for field in ["kernel", "seconds", "states_explored", "graphs"] {
+        assert!(!v[field].is_null(), "missing {field}");
+    }
+    let allowed = [
+        "input",
+        "matmul",
+        "transpose",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "square",
+        "recip",
+        "silu",
+        "sigmoid",
+        "gelu",
+        "neg",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "sum",
+        "reduce_max",
+        "mean",
+        "split",
+    ];
+    for g in v["graphs"].as_array().expect("graphs") {
+        assert!(g["has_split"].is_boolean());
+        let ops = g["ops"].as_array().expect("ops");
+        let mut seen: Vec<String> = Vec::new();
+        for op in ops {
+            let name = op["op"].as_str().expect("op");
+            assert!(allowed.contains(&name), "{name}");
+            for i in op["inputs"].as_array().expect("inputs") {
+                assert!(seen.contains(&i.as_str().expect("id").to_string()), "uses {i} before it is defined");
+            }
+            seen.push(op["id"].as_str().expect("id").to_string());
+        }
+        // Input tensors appear under their declared names.
+        for name in ["q", "k", "v"] {
+            assert!(ops.iter().any(|o| o["op"] == "input" && o["id"] == name));
+        }
+    }
+}
+
+#[test]
+fn emitted_directories_compile_as_they_are() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emit");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    for target in ["cuda", "tilelang", "rust"] {
+        let (code, _, err) = cleave(&["emit", KERNELS, "--kernel", "gqa_decode", "--target", target, "--out", &d]);
+        assert_eq!(code, 0, "{target}: {err}");
+    }
+    assert!(dir.join("cleave/tile.cuh").exists(), "the headers travel with the source");
+    let rust = std::fs::read_to_string(dir.join("gqa_decode.rs")).expect("rust");
+    assert!(rust.contains("pub fn run_host(") && rust.contains("pub fn launch("), "{rust}");
+    let py =
+        Command::new("python3").args(["-m", "py_compile"]).arg(dir.join("gqa_decode.py")).output().expect("python3");
+    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+    // `nvcc -c -I DIR` with no other flags, when nvcc is available.
+    if let Some(nvcc) = cleave_core::toolchain::discover().nvcc {
+        let out = Command::new(&nvcc.path)
+            .arg("-c")
+            .arg("-I")
+            .arg(&dir)
+            .arg(dir.join("gqa_decode.cu"))
+            .arg("-o")
+            .arg(dir.join("gqa_decode.o"))
+            .output()
+            .expect("nvcc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn explain_shows_every_stage() {
+    let (code, out, err) = cleave(&["explain", KERNELS, "--kernel", "rmsnorm_matmul_prefill"]);
+    assert_eq!(code, 0, "{err}");
+    for section in [
+        "== declared graph ==",
+        "== symbolic graph ==",
+        "== eventually-reduced dims ==",
+        "== found graphs",
+        "cost table",
+        "== chosen tile program ==",
+    ] {
+        assert!(out.contains(section), "missing {section}");
+    }
+}
+
+#[test]
+fn run_reports_the_error_last_and_rejects_bad_options() {
+    let (code, out, err) =
+        cleave(&["run", KERNELS, "--kernel", "matmul_rowsum_decode", "--backend", "emulate", "--dims", "b=7"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().last().unwrap_or_default().starts_with("max_rel_err="), "{out}");
+    let (code, _, err) = cleave(&["run", KERNELS, "--kernel", "matmul_rowsum_decode", "--dims", "k=7"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("`k` is static"), "{err}");
+    let (code, _, err) = cleave(&["run", KERNELS, "--kernel", "matmul_rowsum_decode", "--dims", "b=0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("must be an integer in 1..2^31"), "{err}");
+    let (code, _, err) = cleave(&["run", KERNELS, "--kernel", "matmul_rowsum_decode", "--backend", "gpu"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown backend"), "{err}");
+}
