@@ -5,7 +5,8 @@
 use cleave::emulate;
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::graph::Bindings;
-use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
+use cleave_core::graph::{Op, UnaryOp};
+use cleave_core::reference::{eval_nodes, max_rel_err, random_inputs, InputScale};
 
 use super::compile::compile_kernel;
 use super::{Opts, UserError};
@@ -75,11 +76,25 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let plan = plan_data(launch, &g.name).map_err(|e| UserError(format!("{}: {e}", g.name)))?;
     let lib = emulate::compile(launch, &plan).map_err(UserError)?;
     let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
-    let want = eval(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
+    let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
+    let want: Vec<_> = g.outputs.iter().map(|o| values[o.node.index()].clone()).collect();
+    // How large the exponents got: the point of large-magnitude inputs is to reach them.
+    let mut exp_range: Option<(f64, f64)> = None;
+    for id in g.ids() {
+        if g.node(id).op == Op::Unary(UnaryOp::Exp) {
+            for x in &values[g.node(id).args[0].index()].data {
+                let (lo, hi) = exp_range.unwrap_or((*x, *x));
+                exp_range = Some((lo.min(*x), hi.max(*x)));
+            }
+        }
+    }
     let got = lib.run(launch, &lb, &inputs, seed).map_err(|e| UserError(format!("emulation failed: {e}")))?;
     let dims: Vec<String> =
         g.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, d)| format!("{}={}", d.name, b.values[v.index()])).collect();
     println!("kernel={} dims={} seed={seed} scale={scale} launches={}", g.name, dims.join(","), launch.kernels.len());
+    if let Some((lo, hi)) = exp_range {
+        println!("exp arguments range over [{lo:.1}, {hi:.1}]");
+    }
     let mut worst: f64 = 0.0;
     for ((o, gt), wt) in g.outputs.iter().zip(&got).zip(&want) {
         let e = max_rel_err(&gt.data, &wt.data);
