@@ -55,8 +55,8 @@ proptest! {
     #[test]
     fn accepted_shapes_are_the_shapes_the_reference_computes(o in op(), x in shape(), y in shape()) {
         let mut g = Graph::new("k", table());
-        let a = g.add_input(TensorDecl { name: "x".into(), dtype: DType::F32, shape: x.clone() });
-        let b = g.add_input(TensorDecl { name: "y".into(), dtype: DType::F32, shape: y.clone() });
+        let a = g.add_input(TensorDecl { name: "x".into(), dtype: DType::F32, shape: x });
+        let b = g.add_input(TensorDecl { name: "y".into(), dtype: DType::F32, shape: y });
         let args = if o.arity() == 2 { vec![a, b] } else { vec![a] };
         let Ok(out) = g.add(o, &args) else { return Ok(()) };
         let shape = g.shape(out).to_vec();

@@ -107,6 +107,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   float b9[1][2];  // t9_mn: one per row
   float b10[1][2];  // t9_c: one per row
   float b11[1][8][4];  // t9: 16 x 64
+  // t_ws1_stage: smem 16 x 64 f32 at byte 0
   // t10 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -423,7 +424,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     (void)ni; (void)e;
     if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) p3[((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col)] = cleave::from_float<float>(b0[mi][h]);
   }
-  // Store(ws1)
+  // Store(ws1) through t_ws1_stage (16-byte rows)
+  __syncthreads();  // the staging space may hold tiles other warps still read
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
   #pragma unroll
@@ -436,7 +438,19 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
-      if (col < 64 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) p4[((16LL * i2) + ((row / 1) % 16)) * 64LL + ((1LL * i1) + 0) * e_b * 64LL + ((1LL * i0) + 0) * 32LL * e_b * 64LL + ((0LL) + col)] = cleave::from_float<float>(b1[mi][ni][2 * h + e]);
+      *(float*)((smem + 0) + cleave_off<256, 4, 1>(row, col)) = cleave::from_float<float>(b1[mi][ni][2 * h + e]);
+    }
+  }
+  __syncthreads();
+  for (int ci = threadIdx.x; ci < 256; ci += 32) {
+    const int r = ci / 16, c = (ci % 16) * 4;
+    if (!((r < 16) && ((16LL * i2) + ((r / 1) % 16) < e_b))) continue;
+    float* dst = p4 + (((16LL * i2) + ((r / 1) % 16)) * 64LL + ((1LL * i1) + 0) * e_b * 64LL + ((1LL * i0) + 0) * 32LL * e_b * 64LL + ((0LL) + c));
+    const unsigned char* src = (smem + 0) + cleave_off<256, 4, 1>(r, c);
+    if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
+      cleave::st_global_16(dst, src);
+    } else {
+      for (int e = 0; e < 4; ++e) dst[e] = reinterpret_cast<const float*>(src)[e];
     }
   }
   // Store(partial_max)
@@ -506,6 +520,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   float b5[1][2];  // t0_mn: one per row
   float b6[1][2];  // t0_c: one per row
   // t_ws1: smem 16 x 64 f32 at byte 256 (double-buffered)
+  // t_o_stage: smem 16 x 64 f16 at byte 0
   // t2 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -702,7 +717,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
   }
-  // Store(o)
+  // Store(o) through t_o_stage (16-byte rows)
+  __syncthreads();  // the staging space may hold tiles other warps still read
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
   #pragma unroll
@@ -715,7 +731,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 2 + ni) * 8 + 2 * t + e;
       (void)col;
-      if (col < 64 && (row < 16) && ((16LL * i1) + ((row / 1) % 16) < e_b)) p3[((16LL * i1) + ((row / 1) % 16)) * 64LL + ((1LL * i0) + 0) * e_b * 64LL + ((0LL) + col)] = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+      *(cleave::half*)((smem + 0) + cleave_off<128, 2, 1>(row, col)) = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+    }
+  }
+  __syncthreads();
+  for (int ci = threadIdx.x; ci < 128; ci += 128) {
+    const int r = ci / 8, c = (ci % 8) * 8;
+    if (!((r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b))) continue;
+    cleave::half* dst = p3 + (((16LL * i1) + ((r / 1) % 16)) * 64LL + ((1LL * i0) + 0) * e_b * 64LL + ((0LL) + c));
+    const unsigned char* src = (smem + 0) + cleave_off<128, 2, 1>(r, c);
+    if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
+      cleave::st_global_16(dst, src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
     }
   }
 }

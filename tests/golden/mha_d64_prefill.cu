@@ -100,6 +100,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   float b9[1][2];  // t7_mn: one per row
   float b10[1][2];  // t7_c: one per row
   float b11[1][8][4];  // t7: 128 x 64
+  // t_o_stage: smem 128 x 64 f16 at byte 0
   // t8 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -405,7 +406,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
   }
-  // Store(o)
+  // Store(o) through t_o_stage (16-byte rows)
+  __syncthreads();  // the staging space may hold tiles other warps still read
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
   #pragma unroll
@@ -418,7 +420,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
-      if (col < 64 && (row < 128) && ((128LL * i1) + ((row / 1) % 128) < e_s)) p3[((128LL * i1) + ((row / 1) % 128)) * 64LL + ((1LL * i0) + 0) * e_s * 64LL + ((0LL) + col)] = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+      *(cleave::half*)((smem + 0) + cleave_off<128, 2, 1>(row, col)) = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+    }
+  }
+  __syncthreads();
+  for (int ci = threadIdx.x; ci < 1024; ci += 256) {
+    const int r = ci / 8, c = (ci % 8) * 8;
+    if (!((r < 128) && ((128LL * i1) + ((r / 1) % 128) < e_s))) continue;
+    cleave::half* dst = p3 + (((128LL * i1) + ((r / 1) % 128)) * 64LL + ((1LL * i0) + 0) * e_s * 64LL + ((0LL) + c));
+    const unsigned char* src = (smem + 0) + cleave_off<128, 2, 1>(r, c);
+    if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
+      cleave::st_global_16(dst, src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
     }
   }
 }

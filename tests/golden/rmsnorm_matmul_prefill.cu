@@ -78,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   float b1[1][2];  // t5: one per row
   // t_x: smem 128 x 64 f16 at byte 0 (double-buffered)
   // t_w: smem 64 x 256 f16 at byte 32768 (double-buffered)
+  // t_y_stage: smem 128 x 256 f16 at byte 0
   // t4 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -222,7 +223,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     (void)ni; (void)e; (void)col;
     b1[mi][h] = cleave_div(b1[mi][h], 4096.0f);
   }
-  // Store(y)
+  // Store(y) through t_y_stage (16-byte rows)
+  __syncthreads();  // the staging space may hold tiles other warps still read
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
   #pragma unroll
@@ -235,7 +237,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 32 + ni) * 8 + 2 * t + e;
       (void)col;
-      if (col < 256 && (row < 128) && ((128LL * i0) + ((row / 1) % 128) < e_s)) p2[((128LL * i0) + ((row / 1) % 128)) * 6144LL + ((256LL * i1) + col)] = cleave::from_float<cleave::half>((b0[mi][ni][2 * h + e] * rsqrtf((1e-5f + b1[mi][h]))));
+      *(cleave::half*)((smem + 0) + cleave_off<512, 2, 1>(row, col)) = cleave::from_float<cleave::half>((b0[mi][ni][2 * h + e] * rsqrtf((1e-5f + b1[mi][h]))));
+    }
+  }
+  __syncthreads();
+  for (int ci = threadIdx.x; ci < 4096; ci += 256) {
+    const int r = ci / 32, c = (ci % 32) * 8;
+    if (!((r < 128) && ((128LL * i0) + ((r / 1) % 128) < e_s))) continue;
+    cleave::half* dst = p2 + (((128LL * i0) + ((r / 1) % 128)) * 6144LL + ((256LL * i1) + c));
+    const unsigned char* src = (smem + 0) + cleave_off<512, 2, 1>(r, c);
+    if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
+      cleave::st_global_16(dst, src);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
     }
   }
 }

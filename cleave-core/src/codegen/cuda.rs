@@ -387,7 +387,10 @@ impl Gen<'_> {
             }
             Stmt::RowReduce { dst, op, expr, cols, mask, acc } => self.row_reduce(*dst, *op, expr, *cols, mask, *acc),
             Stmt::Mma { acc, a, b, k, accumulate } => self.mma(*acc, *a, *b, *k, *accumulate),
-            Stmt::Store { param, expr, cols, tmap } => self.store(*param, expr, *cols, tmap),
+            Stmt::Store { param, expr, cols, tmap, staging } => match staging {
+                Some(st) => self.staged_store(*param, expr, *cols, tmap, *st),
+                None => self.store(*param, expr, *cols, tmap),
+            },
             Stmt::Loop { iter, dim, tile, body } => self.pipelined_loop(*iter, *dim, *tile, body),
         }
     }
@@ -672,6 +675,47 @@ impl Gen<'_> {
             ));
             self.close();
         }
+        self.close();
+    }
+
+    /// A store through shared memory: threads write their elements into the staging tile, then
+    /// each thread writes whole 16-byte chunks of rows to global memory (falling back to
+    /// element stores where the destination is not 16-byte aligned, as a caller's slice may
+    /// not be).
+    fn staged_store(&mut self, param: crate::plan::program::ParamId, expr: &Expr, cols: u64, tm: &TMap, st: BufId) {
+        let p = self.k.params[param.0 as usize].clone();
+        let buf = self.k.buf(st).clone();
+        let BufKind::Smem { dtype, rows, .. } = buf.kind else { unreachable!("staging is smem") };
+        let g = geom(&buf);
+        let threads = self.k.warps.threads();
+        let epc = 16 / dtype.size();
+        let cpr = cols / epc;
+        let t = ctype(dtype);
+        self.line(&format!("// Store({}) through {} (16-byte rows)", p.name, buf.name));
+        self.line("__syncthreads();  // the staging space may hold tiles other warps still read");
+        self.open_rows();
+        self.open_cols(cols);
+        let v = self.expr(expr);
+        let ptr = self.tile_ptr(st, "row", "col");
+        self.line(&format!("*({t}*){ptr} = cleave::from_float<{t}>({v});"));
+        self.close();
+        self.close();
+        self.line("__syncthreads();");
+        let (idx, ok) = self.address(&p, tm, "r", "c");
+        self.line(&format!("for (int ci = threadIdx.x; ci < {}; ci += {threads}) {{", rows * cpr));
+        self.depth += 1;
+        self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
+        self.line(&format!("if (!({ok})) continue;"));
+        self.line(&format!("{t}* dst = p{} + ({idx});", param.0));
+        self.line(&format!(
+            "const unsigned char* src = (smem + {}) + cleave_off<{}, {}, {}>(r, c);",
+            buf.smem_offset, g.row_bytes, g.size, g.mode
+        ));
+        self.line("if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {");
+        self.line("  cleave::st_global_16(dst, src);");
+        self.line("} else {");
+        self.line(&format!("  for (int e = 0; e < {epc}; ++e) dst[e] = reinterpret_cast<const {t}*>(src)[e];"));
+        self.line("}");
         self.close();
     }
 

@@ -274,7 +274,7 @@ impl Py<'_> {
                     if *accumulate { "False" } else { "True" }
                 ));
             }
-            Stmt::Store { param, expr, cols, tmap } => {
+            Stmt::Store { param, expr, cols, tmap, .. } => {
                 let src = self.materialize(expr, *cols);
                 let p = ident(&self.k.params[param.0 as usize].name);
                 self.line(&format!("T.copy({src}, {p}[{}])", self.slices(tmap)));

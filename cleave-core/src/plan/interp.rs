@@ -374,7 +374,7 @@ impl Block<'_> {
                     }
                     self.regs[acc.0 as usize] = out;
                 }
-                Stmt::Store { param, expr, cols, tmap } => {
+                Stmt::Store { param, expr, cols, tmap, .. } => {
                     let p = self.k.params[param.0 as usize].clone();
                     let mut writes = Vec::new();
                     {

@@ -185,7 +185,8 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo, symbol: &
                 return reject("an output with a leading axis that is not a unit");
             }
         }
-        body.push(Stmt::Store { param, expr, cols, tmap });
+        let staging = lw.staging(param, cols, &tmap);
+        body.push(Stmt::Store { param, expr, cols, tmap, staging });
     }
     if let (Some(m), Some(mb)) = (lw.stored_max, io.max_output) {
         let primary_tm = it.tmaps[&primary].clone();
@@ -198,7 +199,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo, symbol: &
             *last = Dim::One;
         }
         let param = lw.param(mb, "partial_max", DType::F32, &shape, true);
-        body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap });
+        body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap, staging: None });
         max_shape = Some(shape);
     }
 
@@ -243,6 +244,28 @@ impl Lowerer<'_> {
         });
         self.param_of.insert(b, id);
         id
+    }
+
+    /// A staging tile for a store that can be written in 16-byte chunks: the output's rows are
+    /// whole chunks in memory (a static last axis), the tile's rows too, and no column of the
+    /// tile can fall outside the tensor (ragged columns are stored element by element).
+    fn staging(&mut self, param: ParamId, cols: u64, tmap: &TMap) -> Option<BufId> {
+        let p = &self.params[param.0 as usize];
+        let size = p.dtype.size();
+        let last = p.shape.last().copied().flatten()?;
+        let info = self.g.dims.get(last);
+        let fits = cols > 1
+            && !info.dynamic
+            && (info.value * size) % 16 == 0
+            && (cols * size) % 16 == 0
+            && tmap.axes.len() == p.shape.len()
+            && tmap.axes.last().is_some_and(|a| a.limits.is_empty());
+        if !fits {
+            return None;
+        }
+        let (name, dtype) = (format!("t_{}_stage", p.name), p.dtype);
+        let rows = self.rows.div_ceil(16) * 16;
+        Some(self.buf(name, BufKind::Smem { dtype, rows, cols }))
     }
 
     fn buf(&mut self, name: String, kind: BufKind) -> BufId {
@@ -1049,9 +1072,10 @@ fn lifetimes(
                 }
                 touch(b.buf, t, first, last);
             }
-            Stmt::Store { expr, .. } => {
+            Stmt::Store { expr, staging, .. } => {
                 let mut v = Vec::new();
                 expr.bufs(&mut v);
+                v.extend(*staging);
                 v.into_iter().for_each(|b| touch(b, t, first, last));
             }
             Stmt::Loop { body, .. } => {

@@ -206,6 +206,10 @@ pub enum Stmt {
         cols: u64,
         /// The slice.
         tmap: TMap,
+        /// An Smem tile (in the output's dtype) the value is staged through, so that global
+        /// memory is written in whole 16-byte chunks, row by row; `None` stores each thread's
+        /// elements directly. The result is the same either way.
+        staging: Option<BufId>,
     },
     /// A sequential loop: `iter` runs over `ceil(extent(dim) / tile)` iterations.
     Loop {
