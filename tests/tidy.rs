@@ -63,3 +63,22 @@ fn no_test_is_ignored_or_expected_to_panic() {
         assert!(!text.contains(attr_ignore) && !text.contains(attr_panic), "{} switches a test off", f.display());
     }
 }
+
+/// The GPU benchmark's scripts run only on a lent GPU machine, so a mistake in them would show
+/// up only there, where time is short: parse the shell script and run the Python unit checks
+/// (the expression translation, the error metric, FLOP counts; no PyTorch needed) here.
+#[test]
+fn the_gpu_benchmark_scripts_parse_and_pass_their_unit_checks() {
+    let dir = root().join("bench/gpu");
+    let sh = std::process::Command::new("bash").arg("-n").arg(dir.join("run.sh")).output().expect("bash");
+    assert!(sh.status.success(), "bench/gpu/run.sh: {}", String::from_utf8_lossy(&sh.stderr));
+    let py = std::process::Command::new("python3")
+        .arg(dir.join("compare.py"))
+        .arg("--self-test")
+        .output()
+        .expect("python3 is needed to check bench/gpu/compare.py");
+    let stdout = String::from_utf8_lossy(&py.stdout);
+    assert!(py.status.success(), "compare.py --self-test:\n{stdout}\n{}", String::from_utf8_lossy(&py.stderr));
+    assert!(stdout.contains("only the unit checks ran"), "{stdout}");
+    assert!(stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 5, "{stdout}");
+}

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use cleave::runtime::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtrMut};
 use cleave::runtime::cudarc::driver::result as cuda_result;
+use cleave::runtime::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtrMut};
 use cleave::{bf16, f16};
 use cleave_core::graph::DType;
 use cleave_core::reference::Rng;
@@ -92,15 +92,6 @@ macro_rules! with_host {
 }
 
 impl HostBuf {
-    /// `values` rounded to `dtype`.
-    pub(crate) fn from_f64(dtype: DType, values: &[f64]) -> HostBuf {
-        match dtype {
-            DType::F16 => HostBuf::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => HostBuf::Bf16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
-            DType::F32 => HostBuf::F32(values.iter().map(|&x| x as f32).collect()),
-        }
-    }
-
     /// `len` NaNs: an output buffer whose unwritten elements show up in any comparison.
     pub(crate) fn nan(dtype: DType, len: usize) -> HostBuf {
         match dtype {
@@ -165,7 +156,7 @@ fn random_vec<T: Elem>(len: usize, std: f64, seed: u64) -> Vec<T> {
     /// Elements per independently seeded chunk.
     const CHUNK: usize = 1 << 20;
     let mut out = vec![T::from_f64(0.0); len];
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
+    let threads = std::thread::available_parallelism().map_or(4, std::num::NonZero::get).min(32);
     let chunks: Vec<(usize, &mut [T])> = out.chunks_mut(CHUNK).enumerate().collect();
     let per_thread = chunks.len().div_ceil(threads).max(1);
     let mut groups: Vec<Vec<(usize, &mut [T])>> = Vec::new();

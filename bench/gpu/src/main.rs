@@ -9,6 +9,9 @@
 //!
 //! See `bench/gpu/README.md` for how a session builds it and runs it on a lent GPU.
 
+// A command-line tool: progress goes to stdout, errors to stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use cleave::runtime::cudarc::driver::sys::CUdevice_attribute;
 use cleave::runtime::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
+use cleave_core::reference::{eval, max_rel_err, Tensor};
 use serde_json::{json, Value};
 
 cleave::include_kernels!();
@@ -130,9 +133,8 @@ impl Args {
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
-            let mut value = |name: &str| {
-                it.next().cloned().ok_or_else(|| BenchError::new(format!("{name} needs a value")))
-            };
+            let mut value =
+                |name: &str| it.next().cloned().ok_or_else(|| BenchError::new(format!("{name} needs a value")));
             match arg.as_str() {
                 "-h" | "--help" => return Ok(None),
                 "--out" => a.out = PathBuf::from(value("--out")?),
@@ -141,7 +143,9 @@ impl Args {
                     a.backend = match value("--backend")?.as_str() {
                         "cuda" => Backend::Cuda,
                         "host" => Backend::Host,
-                        other => return Err(BenchError::new(format!("--backend: expected cuda or host, got `{other}`"))),
+                        other => {
+                            return Err(BenchError::new(format!("--backend: expected cuda or host, got `{other}`")))
+                        }
                     }
                 }
                 "--no-check" => a.check = false,
@@ -157,25 +161,23 @@ impl Args {
                 }
                 "--reps" => {
                     let v = value("--reps")?;
-                    a.timing.max_reps = v
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=100_000).contains(n))
-                        .ok_or_else(|| BenchError::new(format!("--reps: expected an integer in 1..100000, got `{v}`")))?;
+                    a.timing.max_reps = v.parse().ok().filter(|n| (1..=100_000).contains(n)).ok_or_else(|| {
+                        BenchError::new(format!("--reps: expected an integer in 1..100000, got `{v}`"))
+                    })?;
                     a.timing.min_reps = a.timing.min_reps.min(a.timing.max_reps);
                 }
                 "--target-ms" => {
                     let v = value("--target-ms")?;
-                    let ms: f64 = v
-                        .parse()
-                        .ok()
-                        .filter(|x: &f64| x.is_finite() && *x > 0.0 && *x <= 600_000.0)
-                        .ok_or_else(|| BenchError::new(format!("--target-ms: expected a positive number, got `{v}`")))?;
+                    let ms: f64 =
+                        v.parse().ok().filter(|x: &f64| x.is_finite() && *x > 0.0 && *x <= 600_000.0).ok_or_else(
+                            || BenchError::new(format!("--target-ms: expected a positive number, got `{v}`")),
+                        )?;
                     a.timing.target = Duration::from_secs_f64(ms / 1e3);
                 }
                 "--seed" => {
                     let v = value("--seed")?;
-                    a.seed = v.parse().map_err(|_| BenchError::new(format!("--seed: expected an integer, got `{v}`")))?;
+                    a.seed =
+                        v.parse().map_err(|_| BenchError::new(format!("--seed: expected an integer, got `{v}`")))?;
                 }
                 "--reference" => a.reference = true,
                 "--list" => a.list = true,
@@ -378,9 +380,13 @@ fn check_one(
     let ins = k.inputs(b);
     let outs = k.outputs(b);
     let dynamic = k.dynamic_values(b);
-    // The generator `cleave run` and the emulation tests use: N(0, σ²), rounded to the dtype.
-    let tensors = random_inputs(&k.graph, b, args.seed, &InputScale { default: k.input_std(), per_input: Vec::new() });
-    let host_in: Vec<HostBuf> = tensors.iter().zip(&ins).map(|(t, i)| HostBuf::from_f64(i.dtype, &t.data)).collect();
+    // N(0, σ²) rounded to the dtype, as `cleave run` draws them, but generated on all cores:
+    // the weights of the SwiGLU and matmul kernels are hundreds of millions of values.
+    let host_in: Vec<HostBuf> = ins
+        .iter()
+        .enumerate()
+        .map(|(i, t)| HostBuf::random(t.dtype, t.len(), k.input_std(), args.seed.wrapping_add(i as u64)))
+        .collect();
     let mut in_json = Vec::new();
     for (t, h) in ins.iter().zip(&host_in) {
         let file = format!("{}.in.{}.bin", k.name, t.name);
@@ -405,6 +411,8 @@ fn check_one(
     };
 
     let want = if args.reference {
+        let tensors: Vec<Tensor> =
+            ins.iter().zip(&host_in).map(|(t, h)| Tensor { shape: t.shape.clone(), data: h.to_f64() }).collect();
         Some(eval(&k.graph, b, &tensors).map_err(|e| BenchError::new(format!("cleave's f64 reference: {e}")))?)
     } else {
         None
@@ -420,7 +428,10 @@ fn check_one(
             let ref_file = format!("{}.ref.{}.f64.bin", k.name, t.name);
             buffers::write_f64(&data.join(&ref_file), &want[i].data)?;
             let err = max_rel_err(&h.to_f64(), &want[i].data);
-            merge(&mut entry, json!({ "cleave_reference": ref_file, "max_rel_err_vs_cleave_reference": finite_or_null(err) }));
+            merge(
+                &mut entry,
+                json!({ "cleave_reference": ref_file, "max_rel_err_vs_cleave_reference": finite_or_null(err) }),
+            );
         }
         out_json.push(entry);
     }
@@ -567,8 +578,12 @@ fn absolute(p: &Path) -> String {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string()
 }
 
+/// Writes through a temporary file and a rename, so that a run stopped at its time limit never
+/// leaves a half-written JSON file for compare.py.
 fn write_json(path: &Path, value: &Value) -> Result<(), BenchError> {
     let mut text = serde_json::to_string_pretty(value).map_err(|e| BenchError::new(format!("JSON: {e}")))?;
     text.push('\n');
-    buffers::write_file(path, text.as_bytes())
+    let tmp = path.with_extension("json.partial");
+    buffers::write_file(&tmp, text.as_bytes())?;
+    std::fs::rename(&tmp, path).map_err(|e| BenchError::new(format!("{}: {e}", path.display())))
 }

@@ -196,12 +196,7 @@ impl Kernel {
 
     /// The dynamic extents in declaration order, as the dispatch functions take them.
     pub(crate) fn dynamic_values(&self, b: &Bindings) -> Vec<usize> {
-        self.graph
-            .dims
-            .iter()
-            .filter(|(_, d)| d.dynamic)
-            .map(|(v, _)| b.extent(Dim::Var(v)))
-            .collect()
+        self.graph.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, _)| b.extent(Dim::Var(v))).collect()
     }
 
     /// Every declared dim with its value, in declaration order.

@@ -137,7 +137,8 @@ pub(crate) fn time(
 
     // `max` first: a caller's min above its max must not make `clamp` panic.
     let max_reps = opts.max_reps.max(1);
-    let reps = ((opts.target.as_secs_f64() * 1e3 / estimate_ms) as usize).clamp(opts.min_reps.clamp(1, max_reps), max_reps);
+    let reps =
+        ((opts.target.as_secs_f64() * 1e3 / estimate_ms) as usize).clamp(opts.min_reps.clamp(1, max_reps), max_reps);
     let batch = match opts.l2 {
         L2::Cold => 1,
         L2::Warm => ((WARM_BATCH_MS / estimate_ms).ceil() as usize).clamp(1, 100),
@@ -160,11 +161,8 @@ pub(crate) fn time(
         per_call.push(elapsed_ms(start, end)? * 1e3 / batch as f64);
     }
     per_call.sort_by(f64::total_cmp);
-    let median_us = if reps % 2 == 1 {
-        per_call[reps / 2]
-    } else {
-        0.5 * (per_call[reps / 2 - 1] + per_call[reps / 2])
-    };
+    let median_us =
+        if reps % 2 == 1 { per_call[reps / 2] } else { 0.5 * (per_call[reps / 2 - 1] + per_call[reps / 2]) };
     Ok(Timing {
         median_us,
         min_us: per_call[0],
