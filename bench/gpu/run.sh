@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The one command of a GPU benchmark call (README.md beside this file says how a session
-# prepares it): runs the prebuilt cleave-gpu-bench, then compare.py, each under its own time
+# The one command of a GPU benchmark run (README.md beside this file says how to prepare
+# it): runs the prebuilt cleave-gpu-bench, then compare.py, each under its own time
 # limit so that a hang in one still leaves the other's results, and writes everything to $OUT.
 #
 #   bash bench/gpu/run.sh [KERNEL...]       all kernels of kernels.yaml, or only these
 #
 # Environment (all optional):
-#   OUT                where results go (the device tool sets it; default bench/gpu/out)
+#   OUT                where results go (default bench/gpu/out)
 #   CLEAVE_BENCH_DATA  the check's raw tensors, kept off $OUT because they are large
 #                      (default /tmp/cleave-gpu-bench-data)
 #   BENCH_LIMIT_S      time limit of the bench binary (default 120)
@@ -25,7 +25,7 @@ export PYTHONUNBUFFERED=1
 
 mkdir -p "$out" "$data" || exit 2
 if [[ ! -x "$bin" ]]; then
-  echo "run.sh: $bin is missing: build it and carry bench/gpu/bin (see bench/gpu/README.md)" >&2
+  echo "run.sh: $bin is missing: build it and copy bench/gpu/bin here (see bench/gpu/README.md)" >&2
   exit 2
 fi
 
@@ -54,7 +54,7 @@ compare_rc=$?
 echo "run.sh: compare.py exited with $compare_rc (124: stopped at its time limit); its log is compare.log"
 if ((compare_rc != 0)); then tail -n 15 "$out/compare.log"; fi
 
-# The table last, so that it is what the device tool's output tail shows.
+# The table last, so that it is what the tail of the output shows.
 if [[ -f "$out/results.md" ]]; then
   cat "$out/results.md"
 else

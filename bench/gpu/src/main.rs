@@ -7,7 +7,7 @@
 //! - The timing: the paper's shapes, timed with CUDA events (warm-up, then the median of many
 //!   runs); `compare.py` times the PyTorch baselines the same way.
 //!
-//! See `bench/gpu/README.md` for how a session builds it and runs it on a lent GPU.
+//! See `bench/gpu/README.md` for how to build it and run it on a GPU machine.
 
 // A command-line tool: progress goes to stdout, errors to stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
