@@ -2,11 +2,12 @@
 //! from the same source nvcc compiles, matches the f64 reference at odd extents.
 
 use cleave::emulate;
+use cleave_core::arch::SM80;
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::front::check_source;
 use cleave_core::graph::{Bindings, ValidGraph};
+use cleave_core::pipeline::candidates;
 use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
-use cleave_core::schedule::{candidates, SM80};
 
 fn forms() -> Vec<ValidGraph> {
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/cleave-core/tests/forms/transformed.yaml"))

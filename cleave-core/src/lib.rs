@@ -22,10 +22,13 @@
 //! specification, and every later stage must agree with it. Inputs and outputs have a storage
 //! dtype; everything in between is computed with f32 accumulation.
 
+// In pipeline order: each module uses only those listed before it (tests/tidy.rs checks it).
+pub mod arch;
 pub mod codegen;
 pub mod front;
 pub mod graph;
 pub mod hash;
+pub mod index;
 pub mod pipeline;
 pub mod plan;
 pub mod reference;

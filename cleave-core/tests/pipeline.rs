@@ -4,11 +4,11 @@
 
 mod common;
 
+use cleave_core::arch::SM80;
 use cleave_core::graph::{Bindings, ReduceOp};
 use cleave_core::pipeline::{compile, Compiled, Options};
 use cleave_core::plan::{interp, Expr, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
-use cleave_core::schedule::SM80;
 
 fn compiled(name: &str) -> Compiled {
     compile(&common::shipped(name), &Options::default()).unwrap_or_else(|e| panic!("{name}: {e}"))

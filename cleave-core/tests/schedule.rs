@@ -3,13 +3,14 @@
 
 mod common;
 
+use cleave_core::arch::SM80;
 use cleave_core::front::check_source;
 use cleave_core::graph::{
     validate, BinaryOp, Bindings, DType, Dim, Graph, Op, ReduceOp, TensorDecl, UnaryOp, ValidGraph,
 };
+use cleave_core::pipeline::candidates;
 use cleave_core::plan::interp;
 use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale};
-use cleave_core::schedule::{candidates, SM80};
 
 fn forms() -> Vec<ValidGraph> {
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/forms/transformed.yaml")).expect("fixture");

@@ -5,7 +5,8 @@
 mod common;
 
 use cleave_core::graph::{DimKind, Graph, Op, ReduceOp};
-use cleave_core::superopt::{partition, search, Part, SearchOptions, SearchResult};
+use cleave_core::plan::{partition, Part};
+use cleave_core::superopt::{search, SearchOptions, SearchResult};
 
 fn options() -> SearchOptions {
     SearchOptions { full_shape_budget_macs: 1 << 22, ..SearchOptions::default() }
@@ -75,13 +76,16 @@ fn decode_attention_gets_split_kv_graphs() {
         assert!(chunk.dynamic);
         // The partition: the two sums over s_l start the combine kernel, which ends with the
         // division; exp, the row sum and the PV matmul are in the split kernel.
-        let p = c.partition.as_ref().expect("a partition");
+        let p = partition(&c.graph).expect("a partition");
         assert_eq!(p.combine_roots.len(), 2);
+        assert_eq!(p.kernels.len(), 2, "a split kernel and a combine kernel");
         let g = c.graph.graph();
         assert_eq!(p.part[g.outputs[0].node.index()], Part::Combine);
-        assert_eq!(p.workspace.len(), 2, "the partial row sums and the partial PV products");
-        for w in &p.workspace {
-            assert_eq!(g.shape(*w)[0].var().map(|v| &g.dims.get(v).kind), Some(&DimKind::SplitCount { of: s.of }));
+        assert_eq!(p.workspaces.len(), 2, "the partial row sums and the partial PV products");
+        for w in &p.workspaces {
+            let node = w.node.expect("a partial");
+            assert_eq!(g.shape(node)[0].var().map(|v| &g.dims.get(v).kind), Some(&DimKind::SplitCount { of: s.of }));
+            assert_eq!(w.shape, g.shape(node));
         }
         assert!(g.ids().filter(|id| g.node(*id).op == Op::MatMul).all(|id| p.part[id.index()] == Part::Split));
     }
@@ -104,15 +108,17 @@ fn small_row_matmul_gets_split_k() {
         let matmul = cg.ids().find(|id| cg.node(*id).op == Op::MatMul).expect("matmul");
         // [s_k, b, n] with s_k set to the split count.
         assert_eq!(cg.dims.show_values(cg.shape(matmul)), format!("[s_k={}, b=16, n=4096]", s.value));
-        let p = partition(cg).expect("a split graph has a partition");
+        let p = partition(&c.graph).expect("a split graph has a partition");
         assert_eq!(p.nodes(Part::Split).len(), 3, "two splits and the matmul");
         assert_eq!(p.nodes(Part::Combine), p.combine_roots);
-        assert_eq!(p.workspace, vec![matmul]);
+        assert_eq!(p.workspaces.iter().map(|w| w.node).collect::<Vec<_>>(), vec![Some(matmul)]);
     }
     // The plain matmul is found too, and has one concrete candidate without splits.
     let plain = r.graphs.iter().find(|f| !f.has_split()).expect("the declared form");
     assert_eq!(plain.concrete.len(), 1);
-    assert!(plain.concrete[0].splits.is_empty() && plain.concrete[0].partition.is_none());
+    assert!(plain.concrete[0].splits.is_empty());
+    let p = partition(&plain.concrete[0].graph).expect("one kernel");
+    assert!(p.kernels.len() == 1 && p.combine_roots.is_empty() && p.workspaces.is_empty());
     assert_eq!(r.candidates().count(), 7);
 }
 

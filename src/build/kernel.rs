@@ -154,8 +154,9 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
     let kernels: Vec<Value> = launch
         .kernels
         .iter()
-        .zip(&launch.schedules)
-        .map(|(k, (config, _))| {
+        .zip(&best.candidate.schedules)
+        .map(|(k, schedule)| {
+            let config = &schedule.config;
             let grid: Vec<String> = k
                 .grid
                 .iter()

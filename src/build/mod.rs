@@ -87,11 +87,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cleave_core::arch::{Arch as Budget, SM80, SM90};
 use cleave_core::codegen::headers;
 use cleave_core::front::check_source;
 use cleave_core::front::tokens::fingerprint;
 use cleave_core::pipeline::Options;
-use cleave_core::schedule::arch::{Arch as Budget, SM80, SM90};
 use cleave_core::toolchain::{discover_with, ArchSet};
 use rayon::prelude::*;
 

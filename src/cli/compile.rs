@@ -1,7 +1,6 @@
 //! Shared by the commands that run the pipeline: option parsing and the compile call.
 
 use cleave_core::pipeline::{compile, Compiled, Options};
-use cleave_core::schedule::itgraph::IterNames;
 
 use super::{kernel, load, Opts, UserError};
 
@@ -21,9 +20,4 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     }
     let c = compile(graph, &opts).map_err(|e| UserError(format!("{}: kernel `{}`: {e}", o.file, graph.name)))?;
     Ok((decl, c))
-}
-
-/// Iterator names for printing one kernel's program.
-pub(crate) fn names(it: &cleave_core::schedule::ItGraph) -> IterNames {
-    IterNames::of(it)
 }

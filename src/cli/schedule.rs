@@ -8,7 +8,7 @@ use cleave_core::plan::{ShowKernel, Stmt};
 use cleave_core::schedule::tmap::reduced_dim;
 use serde_json::{json, Value};
 
-use super::compile::{compile_kernel, names};
+use super::compile::compile_kernel;
 use super::{Opts, UserError};
 
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
@@ -27,10 +27,9 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
 pub(crate) fn programs(r: &Ranked) -> String {
     let l = &r.candidate.launch;
     let mut out = String::new();
-    for (k, (_, it)) in l.kernels.iter().zip(&l.schedules) {
-        let n = names(it);
+    for k in &l.kernels {
         let _ = writeln!(out, "# {}", k.symbol);
-        let _ = write!(out, "{}", ShowKernel { kernel: k, dims: l.dims(), names: &n });
+        let _ = write!(out, "{}", ShowKernel { kernel: k, dims: l.dims() });
     }
     out
 }
@@ -78,31 +77,21 @@ fn extent(dims: &DimTable, d: cleave_core::graph::DimVar, tile: u64) -> Value {
 }
 
 fn tile_config(r: &Ranked, k: usize) -> Value {
-    let l = &r.candidate.launch;
-    let (cfg, _) = &l.schedules[k];
-    let dims = l.dims();
+    let s = &r.candidate.schedules[k];
+    let (cfg, g) = (&s.config, &s.graph);
     let out: serde_json::Map<String, Value> =
-        cfg.out.iter().map(|(v, t)| (dims.get(*v).name.clone(), json!(t))).collect();
-    // The kernel graph of kernel `k` numbers nodes in its own arena; describe reductions by
-    // their op and reduced dim, which is what a reader needs.
-    let kernels = cleave_core::plan::partition(&l.graph).ok();
+        cfg.out.iter().map(|(v, t)| (g.dims.get(*v).name.clone(), json!(t))).collect();
+    // The kernel graph numbers nodes in its own arena; describe reductions by their op and
+    // reduced dim, which is what a reader needs.
     let red: Vec<Value> = cfg
         .red
         .iter()
         .map(|(n, t)| {
-            let (op, dim) = kernels
-                .as_ref()
-                .and_then(|p| p.kernels.get(k))
-                .map(|kg| {
-                    let g = &kg.graph;
-                    let op = g.node(*n).op.name().to_string();
-                    let dim = match reduced_dim(g, *n) {
-                        Some(Dim::Var(v)) => g.dims.get(v).name.clone(),
-                        _ => "1".into(),
-                    };
-                    (op, dim)
-                })
-                .unwrap_or_default();
+            let op = g.node(*n).op.name();
+            let dim = match reduced_dim(g, *n) {
+                Some(Dim::Var(v)) => g.dims.get(v).name.clone(),
+                _ => "1".into(),
+            };
             json!({ "op": op, "dim": dim, "tile": t })
         })
         .collect();
@@ -122,8 +111,6 @@ pub(crate) fn to_json(c: &Compiled) -> Value {
                 .iter()
                 .enumerate()
                 .map(|(i, k)| {
-                    let (_, it) = &l.schedules[i];
-                    let n = names(it);
                     let grid: Vec<Value> = k.grid.iter().map(|a| extent(l.dims(), a.dim, a.tile)).collect();
                     let loops = count_loops(&k.body);
                     json!({
@@ -136,7 +123,7 @@ pub(crate) fn to_json(c: &Compiled) -> Value {
                         "registers": l.registers[i],
                         "loops": loops,
                         "estimated_seconds": r.candidate.costs[i].seconds,
-                        "program": ShowKernel { kernel: k, dims: l.dims(), names: &n }.to_string(),
+                        "program": ShowKernel { kernel: k, dims: l.dims() }.to_string(),
                     })
                 })
                 .collect();

@@ -10,9 +10,9 @@
 use std::fmt::Write;
 
 use crate::graph::{BinaryOp, DType, DimKind, DimTable, DimVar, ReduceOp, UnaryOp};
+use crate::index::{Affine, IterNames, Limit, TMap};
 use crate::plan::program::{BufId, BufKind, Expr, MmaA, Src, Stmt, TileKernel};
 use crate::plan::Launch;
-use crate::schedule::itgraph::{Affine, IterNames, Limit, TMap};
 
 fn ty(d: DType) -> &'static str {
     match d {
@@ -46,10 +46,9 @@ pub fn emit_launch(launch: &Launch, title: &str) -> String {
     for (_, d) in dims.iter().filter(|(_, d)| d.dynamic && d.kind == DimKind::Plain) {
         let _ = writeln!(out, "{} = T.symbolic({:?})", ident(&d.name), d.name);
     }
-    for (k, (_, it)) in launch.kernels.iter().zip(&launch.schedules) {
-        let names = IterNames::of(it);
+    for k in &launch.kernels {
         out.push('\n');
-        out.push_str(&emit_kernel(k, dims, &names));
+        out.push_str(&emit_kernel(k, dims));
     }
     let _ = writeln!(
         out,
@@ -296,8 +295,8 @@ impl Py<'_> {
     }
 }
 
-fn emit_kernel(k: &TileKernel, dims: &DimTable, names: &IterNames) -> String {
-    let mut py = Py { k, dims, names, out: String::new(), depth: 0, temps: 0 };
+fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
+    let mut py = Py { k, dims, names: &k.names, out: String::new(), depth: 0, temps: 0 };
     let params: Vec<String> = k
         .params
         .iter()
@@ -312,7 +311,7 @@ fn emit_kernel(k: &TileKernel, dims: &DimTable, names: &IterNames) -> String {
     py.depth = 1;
     let grid: Vec<String> = k.grid.iter().map(|a| format!("T.ceildiv({}, {})", py.dim(a.dim), a.tile)).collect();
     let grid = if grid.is_empty() { vec!["1".to_string()] } else { grid };
-    let bx: Vec<String> = k.grid.iter().map(|a| names.name(a.iter)).collect();
+    let bx: Vec<String> = k.grid.iter().map(|a| k.names.name(a.iter)).collect();
     let bx = if bx.is_empty() { vec!["_b".to_string()] } else { bx };
     py.line(&format!(
         "with T.Kernel({}, threads={}) as ({}{}):",

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use super::launch::Launch;
 use super::program::{Binding, BufKind, Expr, MmaA, Param, Src, Stmt, TileKernel};
 use crate::graph::{BinaryOp, Bindings, DType, Dim, DimVar, ReduceOp, UnaryOp};
+use crate::index::{IterId, Limit, TMap};
 use crate::reference::{strides, Rng, Tensor};
-use crate::schedule::itgraph::{IterId, Limit, TMap};
 
 /// Why a launch could not be interpreted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

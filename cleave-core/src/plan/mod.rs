@@ -1,15 +1,29 @@
-//! Memory and layout planning: scheduled itGraphs become tile programs, the input of the
-//! itGraph interpreter and of every code generator.
+//! The planning phase: a scheduled kernel (an itGraph) becomes a tile program, with its
+//! memory, layouts, stabilization and resources decided; the tile programs of a partition
+//! become a [`Launch`].
+//!
+//! ```text
+//! graph ─► partition (split kernel + combine kernel, workspaces)
+//! kernel graph + itGraph + io ─► lower ─► Planned { TileKernel, .. } ─► cost
+//! Planned per kernel ─► assemble ─► Launch
+//! ```
+//!
+//! The tile program ([`program`]) is the IR every backend reads: the interpreter ([`interp`])
+//! and the code generators.
 
+pub mod cost;
+pub mod error;
+pub mod interp;
+pub mod launch;
 pub mod lower;
 pub mod partition;
 pub mod program;
 
+pub use cost::{kernel_cost, Cost};
+pub use error::PlanError;
+pub use launch::{assemble, kernel_io, Launch};
 pub use lower::{lower, KernelIo, Planned};
-pub use partition::{partition, KernelGraph, Partition, Workspace};
+pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace};
 pub use program::{
     Binding, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, TileKernel, Warps,
 };
-pub mod interp;
-pub mod launch;
-pub use launch::{build_launch, Launch};

@@ -1,13 +1,29 @@
 //! Splitting a graph into the kernels of one launch (paper Fig. 5b).
 //!
 //! A graph without `split` is one kernel. A Split-K graph becomes a split kernel and a combine
-//! kernel: the combine holds every reduction over a split-count axis and everything downstream
-//! of them; the tensors crossing the boundary become f32 workspace buffers.
+//! kernel: the combine starts at the reductions over a split-count axis (`sum(.., axis=0)` of
+//! a `[s_K, ..]` tensor, in the usual case) and holds everything downstream of them; the split
+//! kernel holds every other op. Tensors of the split kernel read by the combine kernel become
+//! f32 workspace buffers: what the split kernel writes to global memory and the combine kernel
+//! reads.
 
 use std::collections::BTreeMap;
 
 use super::program::Binding;
-use crate::graph::{validate, DType, Dim, DimKind, Graph, NodeId, Op, TensorDecl, ValidGraph};
+use crate::graph::{validate, DType, Dim, DimKind, Graph, NodeId, Op, TensorDecl, ValidGraph, ValidationError};
+
+/// Which kernel of a launch computes a node.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Part {
+    /// An input or constant: read by whichever kernel uses it.
+    Leaf,
+    /// The first kernel: the split kernel, or the whole graph when it has no split.
+    Split,
+    /// The combine kernel.
+    Combine,
+    /// A node no output depends on: neither kernel computes it.
+    Unused,
+}
 
 /// One kernel's graph and how its inputs and outputs bind at launch.
 #[derive(Clone, Debug)]
@@ -27,49 +43,99 @@ pub struct Workspace {
     pub name: String,
     /// Shape.
     pub shape: Vec<Dim>,
+    /// The node of the partitioned graph it holds (`None`: a running max the planner added).
+    pub node: Option<NodeId>,
 }
 
 /// The kernels of a launch, in order, and the workspaces between them.
 #[derive(Clone, Debug)]
 pub struct Partition {
+    /// Per node (by [`NodeId::index`]): the kernel that computes it.
+    pub part: Vec<Part>,
+    /// The reductions over a split-count axis, where the combine kernel begins.
+    pub combine_roots: Vec<NodeId>,
     /// Kernels in launch order.
     pub kernels: Vec<KernelGraph>,
-    /// Workspaces.
+    /// Workspaces, in node order.
     pub workspaces: Vec<Workspace>,
 }
 
-fn is_split_reduction(g: &Graph, id: NodeId) -> bool {
-    let n = g.node(id);
+impl Partition {
+    /// The nodes one kernel computes, in topological order.
+    pub fn nodes(&self, part: Part) -> Vec<NodeId> {
+        (0..self.part.len()).filter(|&i| self.part[i] == part).map(|i| NodeId(i as u32)).collect()
+    }
+}
+
+/// Why a graph has no partition.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// A split with no reduction over its count.
+    #[error("a split whose parts are never combined")]
+    UncombinedSplit,
+    /// An output of the split kernel.
+    #[error("the output `{0}` is computed before the Split-K combine")]
+    OutputBeforeCombine(String),
+    /// A kernel graph that fails validation (a partitioning bug).
+    #[error("kernel {kernel} of the partition is invalid: {error}")]
+    InvalidKernel {
+        /// The kernel's index.
+        kernel: usize,
+        /// What the validator found.
+        error: ValidationError,
+    },
+    /// A kernel graph whose shapes do not infer (a partitioning bug).
+    #[error("kernel {kernel} of the partition is invalid at node %{node}: {message}")]
+    Shape {
+        /// The kernel's index.
+        kernel: usize,
+        /// The node of the partitioned graph.
+        node: u32,
+        /// The shape error.
+        message: String,
+    },
+}
+
+/// True when `node` reduces an axis that is a split count: a combine.
+pub fn is_combine(g: &Graph, node: NodeId) -> bool {
+    let n = g.node(node);
     match n.op {
-        Op::Reduce(_, axis) => {
-            matches!(g.shape(n.args[0])[axis as usize], Dim::Var(v) if matches!(g.dims.get(v).kind, DimKind::SplitCount { .. }))
-        }
+        Op::Reduce(_, axis) => match g.shape(n.args[0]).get(axis as usize) {
+            Some(Dim::Var(v)) => matches!(g.dims.get(*v).kind, DimKind::SplitCount { .. }),
+            _ => false,
+        },
         _ => false,
     }
 }
 
 /// Partitions a (validated, concrete) graph.
-pub fn partition(g: &ValidGraph) -> Result<Partition, String> {
+pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     let live = g.live();
-    let mut kernel_of = vec![0u8; g.nodes.len()];
-    let mut any_combine = false;
+    let mut part = vec![Part::Unused; g.nodes.len()];
+    let mut combine_roots = Vec::new();
     for id in g.ids() {
-        if !live[id.index()] || g.node(id).op.is_leaf() {
+        if g.node(id).op.is_leaf() {
+            part[id.index()] = Part::Leaf;
+        } else if !live[id.index()] {
             continue;
-        }
-        let from_args = g.node(id).args.iter().any(|a| kernel_of[a.index()] == 1);
-        if from_args || is_split_reduction(g, id) {
-            kernel_of[id.index()] = 1;
-            any_combine = true;
+        } else if is_combine(g, id) {
+            part[id.index()] = Part::Combine;
+            combine_roots.push(id);
+        } else if g.node(id).args.iter().any(|a| part[a.index()] == Part::Combine) {
+            part[id.index()] = Part::Combine;
+        } else {
+            part[id.index()] = Part::Split;
         }
     }
-    if !any_combine {
+    if combine_roots.is_empty() {
         if g.has_split() {
-            return Err("a split whose parts are never combined".into());
+            return Err(PartitionError::UncombinedSplit);
         }
         let inputs = (0..g.inputs.len() as u32).map(Binding::Input).collect();
         let outputs = (0..g.outputs.len() as u32).map(Binding::Output).collect();
         return Ok(Partition {
+            part,
+            combine_roots,
             kernels: vec![KernelGraph { graph: g.clone(), inputs, outputs }],
             workspaces: Vec::new(),
         });
@@ -77,93 +143,69 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, String> {
     // Workspace tensors: split-kernel values read by the combine kernel.
     let users = g.users();
     let mut workspaces: Vec<Workspace> = Vec::new();
-    let mut ws_of: BTreeMap<NodeId, u32> = BTreeMap::new();
     for id in g.ids() {
-        let n = g.node(id);
-        if !live[id.index()] || kernel_of[id.index()] != 0 || n.op.is_leaf() {
-            continue;
-        }
-        if users[id.index()].iter().any(|u| kernel_of[u.index()] == 1) {
-            ws_of.insert(id, workspaces.len() as u32);
-            workspaces.push(Workspace { name: format!("ws{}", workspaces.len()), shape: n.shape.clone() });
+        if part[id.index()] == Part::Split && users[id.index()].iter().any(|u| part[u.index()] == Part::Combine) {
+            let name = format!("ws{}", workspaces.len());
+            workspaces.push(Workspace { name, shape: g.shape(id).to_vec(), node: Some(id) });
         }
     }
     for o in &g.outputs {
-        if kernel_of[o.node.index()] == 0 {
-            return Err("an output computed before the Split-K combine".into());
+        if part[o.node.index()] != Part::Combine {
+            return Err(PartitionError::OutputBeforeCombine(o.decl.name.clone()));
         }
     }
-    let split = extract(g, &kernel_of, 0, &ws_of, &workspaces)?;
-    let combine = extract(g, &kernel_of, 1, &ws_of, &workspaces)?;
-    Ok(Partition { kernels: vec![split, combine], workspaces })
+    let split = extract(g, &part, Part::Split, &workspaces)?;
+    let combine = extract(g, &part, Part::Combine, &workspaces)?;
+    Ok(Partition { part, combine_roots, kernels: vec![split, combine], workspaces })
 }
 
-/// Builds the graph of kernel `k`: its nodes, the leaves they read, the workspaces it reads as
+/// Builds the graph of one kernel: its nodes, the leaves they read, the workspaces it reads as
 /// inputs (combine) or writes as outputs (split).
-fn extract(
-    g: &Graph,
-    kernel_of: &[u8],
-    k: u8,
-    ws_of: &BTreeMap<NodeId, u32>,
-    workspaces: &[Workspace],
-) -> Result<KernelGraph, String> {
-    let live = g.live();
+fn extract(g: &Graph, part: &[Part], kernel: Part, workspaces: &[Workspace]) -> Result<KernelGraph, PartitionError> {
+    let k = usize::from(kernel == Part::Combine);
     let users = g.users();
+    let ws_of: BTreeMap<NodeId, usize> =
+        workspaces.iter().enumerate().filter_map(|(w, ws)| Some((ws.node?, w))).collect();
     let mut sub = Graph::new(format!("{}_{k}", g.name), g.dims.clone());
     let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    let needs = |id: NodeId| -> bool {
-        users[id.index()].iter().any(|u| live[u.index()] && kernel_of[u.index()] == k && !g.node(*u).op.is_leaf())
-    };
+    let needs = |id: NodeId| users[id.index()].iter().any(|u| part[u.index()] == kernel);
+    let workspace_decl =
+        |w: usize, shape: Vec<Dim>| TensorDecl { name: workspaces[w].name.clone(), dtype: DType::F32, shape };
     for id in g.ids() {
         let n = g.node(id);
-        if !live[id.index()] {
-            continue;
-        }
-        match n.op {
-            Op::Input(i) if needs(id) => {
-                let decl = g.inputs[i as usize].decl.clone();
-                let new = sub.add_input(decl);
-                map.insert(id, new);
+        match (n.op, part[id.index()]) {
+            (Op::Input(i), Part::Leaf) if needs(id) => {
+                map.insert(id, sub.add_input(g.inputs[i as usize].decl.clone()));
                 inputs.push(Binding::Input(i));
             }
-            Op::Const(c) if needs(id) => {
+            (Op::Const(c), Part::Leaf) if needs(id) => {
                 map.insert(id, sub.constant(c));
             }
-            Op::Input(_) | Op::Const(_) => {}
-            _ if kernel_of[id.index()] == k => {
-                let args: Vec<NodeId> = n
-                    .args
-                    .iter()
-                    .map(|a| match map.get(a) {
-                        Some(x) => Ok(*x),
-                        None => Err(format!("node {} reads a value the kernel does not have", id.0)),
-                    })
-                    .collect::<Result<_, _>>()?;
-                let new = sub.add(n.op, &args).map_err(|e| e.message(&g.dims))?;
+            (_, p) if p == kernel => {
+                // Operands come before their users, and every operand of a kernel's node is a
+                // leaf, a node of the same kernel or (in the combine) a workspace.
+                let args: Vec<NodeId> = n.args.iter().map(|a| map[a]).collect();
+                let new = sub.add(n.op, &args).map_err(|e| PartitionError::Shape {
+                    kernel: k,
+                    node: id.0,
+                    message: e.message(&g.dims),
+                })?;
                 map.insert(id, new);
             }
-            _ if k == 1 && ws_of.contains_key(&id) => {
+            (_, Part::Split) if kernel == Part::Combine && ws_of.contains_key(&id) => {
                 let w = ws_of[&id];
-                let decl =
-                    TensorDecl { name: workspaces[w as usize].name.clone(), dtype: DType::F32, shape: n.shape.clone() };
-                let new = sub.add_input(decl);
-                map.insert(id, new);
-                inputs.push(Binding::Workspace(w));
+                map.insert(id, sub.add_input(workspace_decl(w, n.shape.clone())));
+                inputs.push(Binding::Workspace(w as u32));
             }
             _ => {}
         }
     }
-    if k == 0 {
-        for (&id, &w) in ws_of {
-            let decl = TensorDecl {
-                name: workspaces[w as usize].name.clone(),
-                dtype: DType::F32,
-                shape: g.shape(id).to_vec(),
-            };
-            sub.add_output(decl, map[&id]);
-            outputs.push(Binding::Workspace(w));
+    if kernel == Part::Split {
+        for (&id, &w) in &ws_of {
+            sub.add_output(workspace_decl(w, g.shape(id).to_vec()), map[&id]);
+            outputs.push(Binding::Workspace(w as u32));
         }
     } else {
         for (i, o) in g.outputs.iter().enumerate() {
@@ -171,6 +213,6 @@ fn extract(
             outputs.push(Binding::Output(i as u32));
         }
     }
-    let graph = validate(sub).map_err(|e| format!("kernel {k} of the partition is invalid: {e}"))?;
+    let graph = validate(sub).map_err(|error| PartitionError::InvalidKernel { kernel: k, error })?;
     Ok(KernelGraph { graph, inputs, outputs })
 }

@@ -11,7 +11,7 @@
 use std::fmt::{self, Write};
 
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
-use crate::schedule::itgraph::{Affine, IterId, IterNames, Limit, TMap};
+use crate::index::{IterId, IterNames, Limit, TMap};
 
 /// Index of a buffer of a [`TileKernel`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -99,6 +99,11 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// A constant leaf.
+    pub fn constant(c: f64) -> Expr {
+        Expr::Src(Src::Const(c))
+    }
+
     /// A leaf reading a register buffer.
     pub fn reg(b: BufId) -> Expr {
         Expr::Src(Src::Reg(b))
@@ -300,6 +305,8 @@ pub struct TileKernel {
     pub body: Vec<Stmt>,
     /// Dynamic shared memory, bytes.
     pub smem_bytes: u64,
+    /// Printed names of the grid and loop iterators (`i0`, `j0`, ..), as the schedule named them.
+    pub names: IterNames,
 }
 
 impl TileKernel {
@@ -315,8 +322,6 @@ pub struct ShowKernel<'a> {
     pub kernel: &'a TileKernel,
     /// Names of dims.
     pub dims: &'a DimTable,
-    /// Names of iterators.
-    pub names: &'a IterNames,
 }
 
 impl fmt::Display for ShowKernel<'_> {
@@ -325,7 +330,7 @@ impl fmt::Display for ShowKernel<'_> {
         let grid: Vec<String> = k
             .grid
             .iter()
-            .map(|a| format!("{} < ceil({}/{})", self.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
+            .map(|a| format!("{} < ceil({}/{})", self.kernel.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
             .collect();
         let mut out = String::new();
         let _ = writeln!(
@@ -354,9 +359,9 @@ impl ShowKernel<'_> {
             .iter()
             .map(|a| {
                 if a.extent == 1 {
-                    a.offset.show(self.names, self.dims)
+                    a.offset.show(&self.kernel.names, self.dims)
                 } else {
-                    format!("{}:+{}", a.offset.show(self.names, self.dims), a.extent)
+                    format!("{}:+{}", a.offset.show(&self.kernel.names, self.dims), a.extent)
                 }
             })
             .collect();
@@ -417,7 +422,7 @@ impl ShowKernel<'_> {
                 let _ = writeln!(
                     out,
                     "{pad}for {} in range(0, {}, {tile}):",
-                    self.names.name(*iter),
+                    self.kernel.names.name(*iter),
                     self.dims.get(*dim).name
                 );
                 for s in body {
@@ -451,10 +456,4 @@ fn balanced(s: &str) -> bool {
         }
     }
     depth == 0
-}
-
-/// Evaluates an offset for concrete iterator and dim values (shared by the interpreter and the
-/// launch-plan builder).
-pub fn eval_offset(a: &Affine, iters: &dyn Fn(IterId) -> u64, dims: &dyn Fn(DimVar) -> u64) -> u64 {
-    a.eval(iters, dims)
 }

@@ -10,9 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::config::TileConfig;
-use super::itgraph::{Affine, AxisRange, ItGraph, ItNode, IterId, Limit, LoopAxis, LoopKind, TMap};
-use super::tmap::{full_range, operand_tmaps, reduced_axis, Reject};
-use crate::graph::{Dim, Graph, NodeId};
+use super::error::ScheduleError;
+use super::itgraph::{ItGraph, ItNode, LoopAxis, LoopKind};
+use super::tmap::{full_range, operand_tmaps, reduced_axis};
+use crate::graph::{Dim, DimKind, Graph, NodeId};
+use crate::index::{Affine, AxisRange, IterId, Limit, TMap};
 
 /// Allocates fresh iterators.
 #[derive(Default)]
@@ -26,7 +28,7 @@ impl Iters {
 }
 
 /// Schedules `g` (one kernel's graph) under `cfg`.
-pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
+pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, ScheduleError> {
     let mut iters = Iters::default();
     let live = g.live();
     let ops: Vec<NodeId> = g.ids().filter(|id| live[id.index()]).collect();
@@ -64,7 +66,7 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
         let tm = TMap { axes };
         if let Some(prev) = seeds.get(&out.node) {
             if *prev != tm {
-                return Err(Reject::Conflict(out.node));
+                return Err(ScheduleError::Conflict(out.node));
             }
         }
         seeds.insert(out.node, tm);
@@ -77,7 +79,7 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
         let d = g.shape(g.node(node).args[0])[a];
         let mut range = full_range(g, d);
         if let Dim::Var(v) = d {
-            if let crate::graph::DimKind::SplitChunk { of, count } = g.dims.get(v).kind {
+            if let DimKind::SplitChunk { of, count } = g.dims.get(v).kind {
                 if let Some(part) = loops.iter().find(|l| l.dim == count) {
                     let base = Affine::iter(part.iter, 1).scaled_by(v).expect("a pure iterator offset");
                     range.limits.push(Limit { base, bound: of });
@@ -97,7 +99,7 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, Reject> {
         tmaps,
         accumulates: Vec::new(),
     };
-    tile_level(g, cfg, &mut top, &mut iters)?;
+    wrap_reductions(g, cfg, &mut top, &mut iters)?;
     Ok(top)
 }
 
@@ -108,13 +110,13 @@ fn backprop(
     ops: &[NodeId],
     seeds: BTreeMap<NodeId, TMap>,
     reduced: &dyn Fn(NodeId) -> Option<AxisRange>,
-) -> Result<BTreeMap<NodeId, TMap>, Reject> {
+) -> Result<BTreeMap<NodeId, TMap>, ScheduleError> {
     let in_level: BTreeSet<NodeId> = ops.iter().copied().collect();
     let mut tmaps = seeds;
     for &id in ops.iter().rev() {
         let Some(tm) = tmaps.get(&id).cloned() else {
             // Nothing at this level consumes the node: it belongs elsewhere.
-            return Err(Reject::Unsupported(format!("node {} has no consumer at its level", id.0)));
+            return Err(ScheduleError::NoConsumerAtLevel(id));
         };
         let red = reduced(id);
         let operands = operand_tmaps(g, id, &tm, red.as_ref())?;
@@ -123,7 +125,7 @@ fn backprop(
                 continue;
             }
             match tmaps.get(arg) {
-                Some(have) if *have != want => return Err(Reject::Conflict(*arg)),
+                Some(have) if *have != want => return Err(ScheduleError::Conflict(*arg)),
                 Some(_) => {}
                 None => {
                     tmaps.insert(*arg, want);
@@ -147,21 +149,23 @@ fn reduction_tile(g: &Graph, cfg: &TileConfig, id: NodeId) -> Option<(Dim, u64)>
 
 /// True when the reduction must run as a loop: its tile is smaller than the axis, or the axis is
 /// dynamic.
-fn is_iterative(g: &Graph, cfg: &TileConfig, id: NodeId) -> Result<bool, Reject> {
+fn is_iterative(g: &Graph, cfg: &TileConfig, id: NodeId) -> Result<bool, ScheduleError> {
     let Some((d, tile)) = reduction_tile(g, cfg, id) else { return Ok(false) };
     match d {
         Dim::One => Ok(false),
         Dim::Var(v) => {
             let info = g.dims.get(v);
             if info.dynamic && tile >= info.value && !cfg.red.contains_key(&id) {
-                return Err(Reject::Unsupported(format!("the dynamic axis {} must be tiled", info.name)));
+                return Err(ScheduleError::UntiledDynamicAxis { dim: info.name.clone() });
             }
             Ok(info.dynamic || tile < info.value)
         }
     }
 }
 
-fn tile_level(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iters) -> Result<(), Reject> {
+/// The intra-block pass at one level: wraps each group of last-wave iterative reductions, with
+/// their producers, in a sequential loop, and recurses into the new loops.
+fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iters) -> Result<(), ScheduleError> {
     loop {
         let ops: Vec<NodeId> = level.ops().collect();
         let op_set: BTreeSet<NodeId> = ops.iter().copied().collect();
@@ -242,7 +246,7 @@ fn tile_level(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iter
             let (d0, t0) = reduction_tile(g, cfg, group[0]).expect("reductions have a reduced axis");
             for &r in &group[1..] {
                 if reduction_tile(g, cfg, r) != Some((d0, t0)) {
-                    return Err(Reject::GroupMismatch(group[0], r));
+                    return Err(ScheduleError::GroupMismatch(group[0], r));
                 }
             }
             let Dim::Var(dvar) = d0 else { unreachable!("iterative reductions reduce a variable") };
@@ -262,7 +266,7 @@ fn tile_level(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iter
                     if g.node(u).op.is_leaf() {
                         keep_outside.insert(u);
                     } else {
-                        return Err(Reject::SharedUpstream(u));
+                        return Err(ScheduleError::SharedUpstream(u));
                     }
                 }
             }
@@ -289,7 +293,7 @@ fn tile_level(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut Iter
                 tmaps,
                 accumulates: group.clone(),
             };
-            tile_level(g, cfg, &mut inner, iters)?;
+            wrap_reductions(g, cfg, &mut inner, iters)?;
             // Replace the wrapped nodes by the loop, at the place of the last of them.
             let last_pos = new_nodes
                 .iter()

@@ -39,8 +39,8 @@ pub fn primary_output(g: &Graph) -> NodeId {
     best.node
 }
 
-/// Enumerates configurations, in a fixed order.
-pub fn enumerate(g: &Graph) -> Vec<TileConfig> {
+/// Every configuration of a kernel graph, in a fixed order.
+pub fn configs(g: &Graph) -> Vec<TileConfig> {
     let primary = g.shape(primary_output(g)).to_vec();
     let rank = primary.len();
     // Candidate tiles per output dim.

@@ -1,18 +1,22 @@
-//! The scheduling phase (paper §5, App. A): tile configurations × inter/intra-block scheduling
-//! → itGraphs, ranked by an analytic cost model.
+//! The scheduling phase (paper §5, App. A): a kernel graph and a tile configuration become an
+//! itGraph, the loop nest of one thread block with a tile map per node.
+//!
+//! ```text
+//! kernel graph ─► configs (tile ladders, grouped reduction tiles, warps)
+//! kernel graph + config ─► schedule: inter-block tiling, then iterative intra-block tiling
+//!     with horizontal fusion ─► ItGraph
+//! ```
+//!
+//! Which configuration wins is not decided here: the pipeline's driver plans and costs every
+//! one.
 
-pub mod arch;
 pub mod build;
 pub mod config;
-pub mod cost;
+pub mod error;
 pub mod itgraph;
 pub mod tmap;
 
-pub use arch::{Arch, SM80, SM90};
 pub use build::schedule;
-pub use config::{enumerate, TileConfig};
-pub use cost::{kernel_cost, Cost};
-pub use itgraph::{ItGraph, ItNode, LoopKind, Show};
-pub use tmap::Reject;
-pub mod driver;
-pub use driver::{candidates, Candidate, ScheduleStats};
+pub use config::{configs, TileConfig};
+pub use error::ScheduleError;
+pub use itgraph::{ItGraph, ItNode, LoopAxis, LoopKind, Show};

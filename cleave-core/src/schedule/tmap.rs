@@ -1,21 +1,9 @@
 //! Tile-map back-propagation: from the tile of an op's result, the slice of each operand it
 //! reads (Welder's index-range analysis, specialised to our closed op set).
 
-use super::itgraph::{AxisRange, Limit, TMap};
+use super::error::ScheduleError;
 use crate::graph::{Dim, Graph, NodeId, Op};
-
-/// Why a tile configuration cannot be scheduled.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub enum Reject {
-    /// Two consumers need different tiles of one node.
-    Conflict(NodeId),
-    /// A node used inside a loop is also needed outside it.
-    SharedUpstream(NodeId),
-    /// Two reductions share producers but reduce different axes or with different tiles.
-    GroupMismatch(NodeId, NodeId),
-    /// A dynamic reduction left untiled, or a tile the codegen cannot express.
-    Unsupported(String),
-}
+use crate::index::{Affine, AxisRange, Limit, TMap};
 
 /// The range covering a whole axis of extent `d`; dynamic axes carry a bound.
 pub fn full_range(g: &Graph, d: Dim) -> AxisRange {
@@ -23,16 +11,20 @@ pub fn full_range(g: &Graph, d: Dim) -> AxisRange {
         Dim::One => AxisRange::unit(),
         Dim::Var(v) => {
             let info = g.dims.get(v);
-            let limits =
-                if info.dynamic { vec![Limit { base: super::itgraph::Affine::zero(), bound: v }] } else { Vec::new() };
-            AxisRange { offset: super::itgraph::Affine::zero(), extent: info.value, limits }
+            let limits = if info.dynamic { vec![Limit { base: Affine::zero(), bound: v }] } else { Vec::new() };
+            AxisRange { offset: Affine::zero(), extent: info.value, limits }
         }
     }
 }
 
 /// The tiles of `node`'s operands, given the node's own tile and, for a reduction, the range of
 /// the reduced (or contracted) axis in the operand.
-pub fn operand_tmaps(g: &Graph, node: NodeId, out: &TMap, reduced: Option<&AxisRange>) -> Result<Vec<TMap>, Reject> {
+pub fn operand_tmaps(
+    g: &Graph,
+    node: NodeId,
+    out: &TMap,
+    reduced: Option<&AxisRange>,
+) -> Result<Vec<TMap>, ScheduleError> {
     let n = g.node(node);
     let rank = n.shape.len();
     // Maps operand axes to output axes right-aligned, with unit ranges where the operand broadcasts.
@@ -47,8 +39,7 @@ pub fn operand_tmaps(g: &Graph, node: NodeId, out: &TMap, reduced: Option<&AxisR
                 .collect(),
         }
     };
-    let need_reduced =
-        || reduced.cloned().ok_or_else(|| Reject::Unsupported(format!("no range for the reduced axis of {node:?}")));
+    let need_reduced = || reduced.cloned().ok_or(ScheduleError::NoReducedRange(node));
     Ok(match n.op {
         Op::Input(_) | Op::Const(_) => Vec::new(),
         Op::Unary(_) => vec![out.clone()],
@@ -88,18 +79,15 @@ pub fn operand_tmaps(g: &Graph, node: NodeId, out: &TMap, reduced: Option<&AxisR
             let a = axis as usize;
             let (part, chunk) = (&out.axes[0], &out.axes[a + 1]);
             if part.extent != 1 {
-                return Err(Reject::Unsupported("a tile spanning several split parts".into()));
+                return Err(ScheduleError::TileSpansSplitParts);
             }
             let Dim::Var(cvar) = g.shape(node)[a + 1] else {
-                return Err(Reject::Unsupported("split of a unit axis".into()));
+                return Err(ScheduleError::SplitOfUnitAxis);
             };
             let Dim::Var(kvar) = g.shape(n.args[0])[a] else {
-                return Err(Reject::Unsupported("split of a unit axis".into()));
+                return Err(ScheduleError::SplitOfUnitAxis);
             };
-            let start = part
-                .offset
-                .scaled_by(cvar)
-                .ok_or_else(|| Reject::Unsupported("split part offset is not a pure iterator".into()))?;
+            let start = part.offset.scaled_by(cvar).ok_or(ScheduleError::SplitOffsetNotIterator)?;
             let base = start.add(&chunk.offset);
             let mut limits = chunk.limits.clone();
             if !limits.iter().any(|l| l.bound == cvar) {

@@ -3,19 +3,18 @@
 //! ```text
 //! concrete graph ─► symbolize ─► saturate target terms (egg) ─► enumerate graphs over symbols
 //!     ─► fingerprints on small instantiations ─► checks at declared shapes and in f64
-//!     ─► recover concrete graphs (+ split counts) ─► split/combine partition
+//!     ─► recover concrete graphs (+ split counts)
 //! ```
 //!
 //! [`search`] runs the whole phase on one kernel. Each [`FoundGraph`] is an equivalent graph
 //! over the symbols; its [`ConcreteCandidate`]s are what the scheduler consumes: graphs over
-//! the declared dims, one per valid split count, each with its split/combine [`Partition`].
+//! the declared dims, one per valid split count.
 
 mod abstraction;
 mod atoms;
 pub mod enumerate;
 pub mod field;
 pub mod fingerprint;
-mod partition;
 mod recover;
 mod report;
 mod rules;
@@ -30,7 +29,6 @@ use rayon::prelude::*;
 pub use abstraction::{Abstraction, EGraphLimits, EGraphStats};
 pub use atoms::{AtomMask, Atoms, MAX_ATOMS};
 pub use enumerate::{Counters, Pruning, StopReason};
-pub use partition::{is_combine, partition, Part, Partition};
 pub use recover::{recover, replay, ConcreteCandidate, RecoverOptions, Recovered, SplitValue};
 pub use report::{explain_text, summary_text, to_json};
 pub use term::{AtomSet, Leaf, Term};

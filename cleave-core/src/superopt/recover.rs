@@ -11,7 +11,6 @@
 //!   that averages over a split part (`mean` over `s_K` or `K/s_K`) would be wrong on a ragged
 //!   split, so it gets no predicated candidates.
 
-use super::partition::{partition, Partition};
 use crate::graph::{validate, DimKind, DimVar, Graph, NodeId, Op, ReduceOp, ValidGraph};
 
 /// How split counts are enumerated.
@@ -53,8 +52,6 @@ pub struct ConcreteCandidate {
     pub graph: ValidGraph,
     /// The split counts of this candidate (empty without a split).
     pub splits: Vec<SplitValue>,
-    /// The split/combine partition (with a split only).
-    pub partition: Option<Partition>,
 }
 
 /// The concrete candidates of one found graph.
@@ -222,8 +219,7 @@ pub fn recover(
             splits.push(SplitValue { count, of, name, value: s, predicated });
         }
         let graph = validate(g).map_err(|e| e.to_string())?;
-        let partition = partition(&graph);
-        candidates.push(ConcreteCandidate { graph, splits, partition });
+        candidates.push(ConcreteCandidate { graph, splits });
         // Next combination (odometer order, last variable fastest).
         let mut pos = choices.len();
         loop {

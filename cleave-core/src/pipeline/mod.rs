@@ -1,14 +1,19 @@
-//! The pipeline, as one flat driver: declared graph → search → recovery → scheduling of every
-//! concrete candidate → the best launch. Each stage is a module; this file only sequences them.
+//! The pipeline, above every stage: declared graph → search → recovery → scheduling and
+//! planning of every concrete candidate under every tile configuration ([`rank`], the paper's
+//! Algorithm 1) → the best launch. Each stage is a module with its own IR; this module only
+//! sequences them and ranks what they produce.
+
+mod rank;
 
 use std::time::Instant;
 
 use rayon::prelude::*;
 
+pub use rank::{candidates, Candidate, KernelSchedule, ScheduleStats};
+
+use crate::arch::{common, Arch, SM80, SM90};
 use crate::graph::ValidGraph;
-use crate::plan::Launch;
-use crate::schedule::arch::{common, Arch, SM80, SM90};
-use crate::schedule::{candidates, Candidate, ScheduleStats};
+use crate::plan::{Launch, PartitionError};
 use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
 
 /// Options of a whole compilation.
@@ -91,7 +96,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
             jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
         }
     }
-    type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), String>);
+    type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), PartitionError>);
     let results: Vec<Job> = jobs
         .into_par_iter()
         .map(|(gi, splits, g)| {
@@ -105,18 +110,12 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     for (gi, splits, r) in results {
         match r {
             Ok((cands, s)) => {
-                stats.tried += s.tried;
-                for (k, n) in s.rejected {
-                    match stats.rejected.iter_mut().find(|(x, _)| *x == k) {
-                        Some((_, m)) => *m += n,
-                        None => stats.rejected.push((k, n)),
-                    }
-                }
+                stats.merge(s);
                 for c in cands {
                     ranked.push(Ranked { graph_index: gi, splits: splits.clone(), candidate: c });
                 }
             }
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     // Best first; ties keep the search's canonical graph order, so the choice is deterministic.

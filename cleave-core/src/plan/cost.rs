@@ -7,9 +7,9 @@
 //! is `waves × max(compute, memory)` of one wave, which ranks candidates; it is not a
 //! prediction of absolute time.
 
-use super::arch::Arch;
+use super::program::{BufKind, Stmt, TileKernel};
+use crate::arch::Arch;
 use crate::graph::{DimTable, DimVar};
-use crate::plan::program::{Stmt, TileKernel};
 
 /// The model's view of one kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,14 +98,14 @@ fn walk(
             }
             Stmt::Mma { acc, k: kk, .. } => {
                 let cols = match k.buf(*acc).kind {
-                    crate::plan::program::BufKind::Frag { cols } => cols,
+                    BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
                 *mma += times * 2 * rows * cols * kk;
             }
             Stmt::Assign { dst, .. } => {
                 let cols = match k.buf(*dst).kind {
-                    crate::plan::program::BufKind::Frag { cols } => cols,
+                    BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
                 *simt += times * rows * cols * 4;

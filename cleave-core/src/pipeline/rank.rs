@@ -1,0 +1,190 @@
+//! The scheduling driver (paper Alg. 1): every tile configuration of every kernel of a graph is
+//! scheduled, planned once and costed; the best few launches are kept.
+//!
+//! The kernels of a Split-K partition are planned in order: the combine kernel reads what the
+//! split kernel stores (scaled partials and their running max), so each of the split kernel's
+//! best plans gets its own best combine kernel.
+
+use rayon::prelude::*;
+
+use crate::arch::Arch;
+use crate::graph::ValidGraph;
+use crate::plan::{
+    assemble, kernel_cost, kernel_io, lower, partition, Cost, KernelGraph, KernelIo, Launch, PartitionError, PlanError,
+    Planned,
+};
+use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
+
+/// How one kernel of a launch was scheduled.
+#[derive(Clone, Debug)]
+pub struct KernelSchedule {
+    /// The kernel's graph (a part of the partitioned graph, numbered in its own arena).
+    pub graph: ValidGraph,
+    /// The tile configuration.
+    pub config: TileConfig,
+    /// The itGraph it gave.
+    pub itgraph: ItGraph,
+}
+
+/// One scheduled launch with its estimated cost.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The launch.
+    pub launch: Launch,
+    /// How each kernel was scheduled (for explain and JSON).
+    pub schedules: Vec<KernelSchedule>,
+    /// Cost of each kernel.
+    pub costs: Vec<Cost>,
+    /// Sum of the kernels' estimated seconds.
+    pub seconds: f64,
+}
+
+/// Counts of what happened to the configurations, for explain.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleStats {
+    /// Configurations tried.
+    pub tried: usize,
+    /// Rejections by kind, in the order each kind was first met.
+    pub rejected: Vec<(String, usize)>,
+}
+
+impl ScheduleStats {
+    fn count(&mut self, kind: String, n: usize) {
+        match self.rejected.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, m)) => *m += n,
+            None => self.rejected.push((kind, n)),
+        }
+    }
+
+    /// Adds `other`'s counts after this one's.
+    pub fn merge(&mut self, other: ScheduleStats) {
+        self.tried += other.tried;
+        for (kind, n) in other.rejected {
+            self.count(kind, n);
+        }
+    }
+}
+
+/// Why one configuration gave no kernel.
+enum Rejection {
+    Schedule(ScheduleError),
+    Plan(PlanError),
+}
+
+impl Rejection {
+    fn kind(&self) -> String {
+        match self {
+            Rejection::Schedule(e) => e.kind(),
+            Rejection::Plan(e) => e.kind(),
+        }
+    }
+}
+
+/// One configuration of one kernel, scheduled, planned and costed.
+struct Scheduled {
+    config: TileConfig,
+    itgraph: ItGraph,
+    planned: Planned,
+    cost: Cost,
+}
+
+/// The best `keep` of the configurations seen so far, best first, and what was rejected.
+struct Best {
+    keep: usize,
+    kept: Vec<Scheduled>,
+    stats: ScheduleStats,
+}
+
+impl Best {
+    fn new(keep: usize) -> Best {
+        Best { keep, kept: Vec::new(), stats: ScheduleStats::default() }
+    }
+
+    fn add(mut self, r: Result<Scheduled, Rejection>) -> Best {
+        match r {
+            Ok(s) => {
+                self.kept.push(s);
+                self.trim();
+            }
+            Err(e) => self.stats.count(e.kind(), 1),
+        }
+        self
+    }
+
+    fn merge(mut self, other: Best) -> Best {
+        self.kept.extend(other.kept);
+        self.trim();
+        self.stats.merge(other.stats);
+        self
+    }
+
+    /// Keeps the best `keep`. Ties break on the configuration, so which ones survive never
+    /// depends on how the work was split between threads.
+    fn trim(&mut self) {
+        self.kept.sort_by(|a, b| a.cost.seconds.total_cmp(&b.cost.seconds).then_with(|| a.config.cmp(&b.config)));
+        self.kept.truncate(self.keep);
+    }
+}
+
+/// Schedules, plans and costs one kernel under every configuration; returns the best `keep`.
+fn plan_kernel(kg: &KernelGraph, io: &KernelIo, arch: &Arch, keep: usize, stats: &mut ScheduleStats) -> Vec<Scheduled> {
+    let g = &kg.graph;
+    let configs = configs(g);
+    stats.tried += configs.len();
+    let best = configs
+        .into_par_iter()
+        .map(|config| {
+            let itgraph = schedule(g, &config).map_err(Rejection::Schedule)?;
+            let planned = lower(g, &itgraph, &config, io).map_err(Rejection::Plan)?;
+            let bytes = planned.kernel.smem_bytes;
+            if bytes > arch.smem_per_block {
+                return Err(Rejection::Plan(PlanError::OverSharedMemory { bytes, limit: arch.smem_per_block }));
+            }
+            let cost = kernel_cost(&planned.kernel, &g.dims, planned.registers, arch);
+            Ok(Scheduled { config, itgraph, planned, cost })
+        })
+        .fold(|| Best::new(keep), Best::add)
+        .reduce(|| Best::new(keep), Best::merge);
+    stats.merge(best.stats);
+    best.kept
+}
+
+/// The best `top_k` launches of a graph, best first; kernel `k` of each is named
+/// `{symbol_prefix}_{k}`.
+pub fn candidates(
+    graph: &ValidGraph,
+    arch: &Arch,
+    top_k: usize,
+    symbol_prefix: &str,
+) -> Result<(Vec<Candidate>, ScheduleStats), PartitionError> {
+    let part = partition(graph)?;
+    let mut stats = ScheduleStats::default();
+    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), arch, top_k, &mut stats);
+    let mut out = Vec::new();
+    'firsts: for first in firsts {
+        let mut chosen = vec![first];
+        // Later kernels depend on what the earlier ones store (scaled partials).
+        for k in 1..part.kernels.len() {
+            let earlier: Vec<&Planned> = chosen.iter().map(|s| &s.planned).collect();
+            let io = kernel_io(&part, k, &earlier);
+            match plan_kernel(&part.kernels[k], &io, arch, 1, &mut stats).into_iter().next() {
+                Some(s) => chosen.push(s),
+                None => continue 'firsts,
+            }
+        }
+        let seconds = chosen.iter().map(|s| s.cost.seconds).sum();
+        let costs = chosen.iter().map(|s| s.cost).collect();
+        let mut planned = Vec::with_capacity(chosen.len());
+        let mut schedules = Vec::with_capacity(chosen.len());
+        for (s, kg) in chosen.into_iter().zip(&part.kernels) {
+            planned.push(s.planned);
+            schedules.push(KernelSchedule { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph });
+        }
+        match assemble(graph, &part, planned, symbol_prefix) {
+            Ok(launch) => out.push(Candidate { launch, schedules, costs, seconds }),
+            Err(e) => stats.count(e.kind(), 1),
+        }
+    }
+    out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    Ok((out, stats))
+}

@@ -1,0 +1,124 @@
+//! Why a scheduled kernel cannot be planned: a closed set, so the driver counts rejections by
+//! kind and nothing parses a message.
+
+use crate::graph::NodeId;
+
+/// Why an itGraph has no tile program.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum PlanError {
+    /// An output with no tile at the grid level.
+    #[error("the output %{} has no tile at the grid level", .0.0)]
+    OutputWithoutTile(NodeId),
+    /// An output the lowering never produced a value for.
+    #[error("the output %{} was never computed", .0.0)]
+    OutputNotComputed(NodeId),
+    /// A value read before the lowering produced it.
+    #[error("node %{} is used before it is computed", .0.0)]
+    UsedBeforeComputed(NodeId),
+    /// A reduction inside a loop without its accumulator.
+    #[error("the accumulator of node %{} is missing", .0.0)]
+    MissingAccumulator(NodeId),
+    /// A combine's result with a leading axis that is not a unit.
+    #[error("an output with a leading axis that is not a unit")]
+    OutputLeadingAxis,
+    /// More registers per thread than the planner allows itself.
+    #[error("needs about {registers} registers per thread (the budget is {budget})")]
+    OverRegisterBudget {
+        /// The estimate.
+        registers: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// More shared memory than a block may use.
+    #[error("needs {bytes} bytes of shared memory per block (the limit is {limit})")]
+    OverSharedMemory {
+        /// The peak of the allocator.
+        bytes: u64,
+        /// The architecture's limit.
+        limit: u64,
+    },
+    /// A transposed tile used by an elementwise op.
+    #[error("an elementwise use of a transposed tile")]
+    TransposedElementwise,
+    /// A staged tile that broadcasts over some of the block's row axes but not all.
+    #[error("a tile that broadcasts over only some row axes")]
+    PartialRowBroadcast,
+    /// A transpose of a value computed in registers.
+    #[error("a transpose of a computed value")]
+    TransposeOfComputed,
+    /// A split of a value computed in registers.
+    #[error("a split of a computed value")]
+    SplitOfComputed,
+    /// A left matmul operand whose rows are not the block's rows.
+    #[error("a left matmul operand whose rows are not the block's rows")]
+    LeftOperandRows,
+    /// A product whose register operand would be rounded to 16 bits before an exp.
+    #[error("a product that feeds an exp would round its left operand to 16 bits")]
+    RoundedBeforeExp,
+    /// A matmul with a constant operand.
+    #[error("a matmul with a constant operand")]
+    ConstantMatmulOperand,
+    /// A right matmul operand with several matrices per block.
+    #[error("a right matmul operand holding several matrices per block")]
+    RightOperandBatched,
+    /// A right matmul operand computed in registers.
+    #[error("a computed right matmul operand")]
+    ComputedRightOperand,
+    /// A contraction tile the tensor cores cannot take.
+    #[error("a contraction tile of {k}, not a multiple of 16")]
+    ContractionTile {
+        /// The tile.
+        k: u64,
+    },
+    /// A product tile with a column count the tensor cores cannot take.
+    #[error("a matmul tile of {cols} columns, not a multiple of 8")]
+    MatmulColumns {
+        /// The columns.
+        cols: u64,
+    },
+    /// A reduction over a non-last axis whose tile is more than one slice.
+    #[error("a reduction over a non-last axis that is not iterated one slice at a time")]
+    NonLastReductionTile,
+    /// An exp that reaches a reduction through an op that is not linear in it.
+    #[error("node %{} uses an exp non-linearly on its way to a reduction", .0.0)]
+    NonLinearExp(NodeId),
+    /// An exp feeding both loop accumulators and one-shot reductions.
+    #[error("an exp feeding both loop accumulators and one-shot reductions")]
+    MixedExpReductions,
+    /// An exp of a value that is itself scaled by a running max.
+    #[error("an exp of a scaled value")]
+    ExpOfScaled,
+    /// Undoing a running max inside the kernel: `x · exp(m)` can overflow f32 long before the
+    /// true result would, so a graph that needs it (two partial sums on different scales, a
+    /// non-linear op of an accumulator) is left to a form that does not.
+    #[error("a value would have to leave its running-max scale inside the kernel")]
+    LeavesRunningMaxScale,
+    /// Split partials stored against different running maxima.
+    #[error("partials scaled by different running maxima")]
+    PartialsOnDifferentMaxima,
+    /// A scaled partial input that no reduction merges.
+    #[error("a scaled partial that is not reduced")]
+    UnreducedScaledPartial,
+    /// A scaled partial output no later kernel reads.
+    #[error("a scaled partial nobody merges")]
+    UnmergedScaledPartial,
+}
+
+impl PlanError {
+    /// The kind of rejection, without node numbers or sizes, for counting: the message itself
+    /// for variants that carry none.
+    pub fn kind(&self) -> String {
+        match self {
+            PlanError::OverRegisterBudget { .. } => "over the register budget".into(),
+            PlanError::OverSharedMemory { .. } => "over the shared-memory limit".into(),
+            PlanError::OutputWithoutTile(_) => "an output with no tile at the grid level".into(),
+            PlanError::OutputNotComputed(_) => "an output that was never computed".into(),
+            PlanError::UsedBeforeComputed(_) => "a value used before it is computed".into(),
+            PlanError::MissingAccumulator(_) => "a missing accumulator".into(),
+            PlanError::NonLinearExp(_) => "an exp used non-linearly on its way to a reduction".into(),
+            PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),
+            PlanError::MatmulColumns { .. } => "a matmul tile whose columns are not a multiple of 8".into(),
+            other => other.to_string(),
+        }
+    }
+}

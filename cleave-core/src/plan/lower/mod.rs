@@ -1,0 +1,365 @@
+//! Memory and layout planning: an itGraph to a [`TileKernel`] (paper §6.1).
+//!
+//! Graph inputs are staged in shared memory; computed values live in registers in the block's
+//! row layout. Loads whose tile does not move with a loop are hoisted out of it. Elementwise
+//! chains stay unmaterialized expressions until a reduction, a product, a store or a second
+//! user needs them.
+//!
+//! Stabilization (beyond the paper; RedFuser's incremental form) is derived from the graph:
+//! when an `exp` feeds reductions through ops that are linear in it, the block keeps a running
+//! maximum of the exponent per row, computes `exp(x - m)` instead, and rescales every
+//! accumulator of that exponent whenever `m` grows. Values carry the power of `exp(m)` they
+//! are scaled by; a ratio of two accumulators cancels it, a `log` adds `m` back, and a stored
+//! output is rescaled to its true value. A split kernel instead stores `m` next to its scaled
+//! partials, and the combine kernel merges the partials with the same rule.
+//!
+//! The work is split by concern:
+//! - this file walks the loop levels and writes the stores;
+//! - [`ops`] lowers each graph op to tile statements;
+//! - [`stabilize`] is the pure analysis that decides which exps get a running max;
+//! - [`rescale`] writes the running-max statements that analysis asks for;
+//! - [`resources`] lays out warps, estimates registers and allocates shared memory;
+//! - [`extents`] finds the runtime extents a kernel takes as arguments.
+
+mod extents;
+mod ops;
+mod rescale;
+mod resources;
+pub mod stabilize;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use self::stabilize::Stabilized;
+use super::error::PlanError;
+use super::program::{Binding, Buf, BufId, BufKind, Expr, GridAxis, Param, ParamId, Src, Stmt, TileKernel};
+use crate::graph::{BinaryOp, DType, Dim, DimVar, Graph, NodeId, Op, ReduceOp};
+use crate::index::{AxisRange, TMap};
+use crate::schedule::config::{primary_output, TileConfig};
+use crate::schedule::itgraph::{ItGraph, ItNode, LoopKind};
+
+/// Register budget per thread the planner allows itself (of 255), leaving room for addresses
+/// and temporaries.
+pub const REGISTER_BUDGET: u64 = 200;
+
+/// How a kernel's inputs and outputs bind, and which inputs are scaled partials.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelIo {
+    /// Binding of each input of the kernel graph.
+    pub inputs: Vec<Binding>,
+    /// Binding of each output.
+    pub outputs: Vec<Binding>,
+    /// Inputs that are scaled partials: input index → the binding of their running max.
+    pub scaled_inputs: BTreeMap<usize, Binding>,
+    /// Where a split kernel stores the running max of its scaled partials, if it has any.
+    pub max_output: Option<Binding>,
+}
+
+/// The planned kernel and what the next kernel of its launch needs to know about it.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The tile program; its symbol is given when the launch is assembled.
+    pub kernel: TileKernel,
+    /// Outputs stored scaled by `exp(m)` (split partials), by output index.
+    pub scaled_outputs: Vec<usize>,
+    /// The shape of the stored running max, when there is one.
+    pub max_shape: Option<Vec<Dim>>,
+    /// Estimated registers per thread.
+    pub registers: u64,
+}
+
+/// The lowered value of a graph node.
+#[derive(Clone, Debug)]
+enum Value {
+    Const(f64),
+    /// A staged tile (`trans`: seen through a transpose).
+    Tile {
+        buf: BufId,
+        tmap: TMap,
+        trans: bool,
+    },
+    /// A block-layout value: an expression over buffers, scaled by `exp(m)^degree`.
+    Reg {
+        expr: Expr,
+        cols: u64,
+        scale: Option<Scale>,
+    },
+}
+
+/// The power of a running max a value is scaled by: the value is `true · exp(m)^degree`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Scale {
+    m: BufId,
+    degree: i32,
+}
+
+struct Lowerer<'a> {
+    g: &'a Graph,
+    io: &'a KernelIo,
+    bufs: Vec<Buf>,
+    params: Vec<Param>,
+    param_of: BTreeMap<Binding, ParamId>,
+    /// Row axes of the block (the output tile's non-last axes), right-aligned.
+    row_axes: Vec<AxisRange>,
+    rows: u64,
+    values: BTreeMap<NodeId, Value>,
+    extents: BTreeSet<DimVar>,
+    users: Vec<Vec<NodeId>>,
+    /// The running max shared by the scaled partials this kernel stores.
+    stored_max: Option<BufId>,
+    /// Frags used as a left MMA operand (their f16 copies cost registers).
+    mma_a_frags: BTreeSet<BufId>,
+    /// The running max of each stabilized source, for loops being lowered.
+    running_max: BTreeMap<NodeId, BufId>,
+    /// The staged max tile of each scaled partial input, for the partials sharing it.
+    partial_max_tile: BTreeMap<NodeId, BufId>,
+}
+
+/// Plans one kernel of a launch under its schedule.
+pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result<Planned, PlanError> {
+    assert_eq!(it.kind, LoopKind::Parallel, "the top level is the grid");
+    let primary = primary_output(g);
+    let Some(ptm) = it.tmaps.get(&primary) else {
+        return Err(PlanError::OutputWithoutTile(primary));
+    };
+    let rank = ptm.axes.len();
+    let row_axes: Vec<AxisRange> = ptm.axes[..rank.saturating_sub(1)].to_vec();
+    let rows: u64 = row_axes.iter().map(|a| a.extent).product::<u64>().max(1);
+    let mut lowerer = Lowerer {
+        g,
+        io,
+        bufs: Vec::new(),
+        params: Vec::new(),
+        param_of: BTreeMap::new(),
+        row_axes,
+        rows,
+        values: BTreeMap::new(),
+        extents: BTreeSet::new(),
+        users: g.users(),
+        stored_max: None,
+        mma_a_frags: BTreeSet::new(),
+        running_max: BTreeMap::new(),
+        partial_max_tile: BTreeMap::new(),
+    };
+    lowerer.declare_params();
+    let mut body = Vec::new();
+    let stab = stabilize::analyze(g, it, &io.scaled_inputs)?;
+    lowerer.level(it, &stab, &mut body)?;
+    let (scaled_outputs, max_shape) = lowerer.stores(it, primary, &mut body)?;
+
+    let warps = lowerer.warps(cfg);
+    let registers = lowerer.register_estimate(warps, &body);
+    if registers > REGISTER_BUDGET {
+        return Err(PlanError::OverRegisterBudget { registers, budget: REGISTER_BUDGET });
+    }
+    let smem_bytes = resources::allocate_smem(&mut lowerer.bufs, &body, warps);
+    let grid = it.loops.iter().map(|l| GridAxis { iter: l.iter, dim: l.dim, tile: l.tile }).collect::<Vec<_>>();
+    let extents = extents::runtime_extents(g, &grid, &body, lowerer.extents);
+    let kernel = TileKernel {
+        symbol: String::new(),
+        params: lowerer.params,
+        extents,
+        grid,
+        rows: rows.div_ceil(16) * 16,
+        warps,
+        bufs: lowerer.bufs,
+        body,
+        smem_bytes,
+        names: it.iter_names(),
+    };
+    Ok(Planned { kernel, scaled_outputs, max_shape, registers })
+}
+
+impl Lowerer<'_> {
+    /// One parameter per binding: the inputs (each scaled partial followed by its running
+    /// max), then the outputs.
+    fn declare_params(&mut self) {
+        let g = self.g;
+        for (i, input) in g.inputs.iter().enumerate() {
+            let b = self.io.inputs[i];
+            self.param(b, &input.decl.name, input.decl.dtype, &input.decl.shape, false);
+            if let Some(mb) = self.io.scaled_inputs.get(&i) {
+                let mut shape = input.decl.shape.clone();
+                if let Some(last) = shape.last_mut() {
+                    *last = Dim::One;
+                }
+                self.param(*mb, &format!("{}_max", input.decl.name), DType::F32, &shape, false);
+            }
+        }
+        for (o, out) in g.outputs.iter().enumerate() {
+            self.param(self.io.outputs[o], &out.decl.name, out.decl.dtype, &out.decl.shape, true);
+        }
+    }
+
+    /// The stores of the kernel's outputs (and of the running max its scaled partials share);
+    /// returns the scaled outputs and the shape of the stored max.
+    fn stores(
+        &mut self,
+        it: &ItGraph,
+        primary: NodeId,
+        body: &mut Vec<Stmt>,
+    ) -> Result<(Vec<usize>, Option<Vec<Dim>>), PlanError> {
+        let g = self.g;
+        let mut scaled_outputs = Vec::new();
+        for (o, out) in g.outputs.iter().enumerate() {
+            let tmap = it.tmaps[&out.node].clone();
+            let val = self.values.get(&out.node).cloned().ok_or(PlanError::OutputNotComputed(out.node))?;
+            let (expr, cols, scale) = self.as_reg(&val, &tmap)?;
+            let expr = match (scale, self.io.outputs[o]) {
+                (Some(s), Binding::Workspace(_)) if s.degree == 1 && self.io.max_output.is_some() => {
+                    match self.stored_max {
+                        Some(m) if m != s.m => return Err(PlanError::PartialsOnDifferentMaxima),
+                        _ => self.stored_max = Some(s.m),
+                    }
+                    scaled_outputs.push(o);
+                    expr
+                }
+                (s, _) => self.normalize(expr, s),
+            };
+            let param = self.param_of[&self.io.outputs[o]];
+            // A combine's result carries the split's leading unit axis; the declared output does not.
+            let rank = out.decl.shape.len();
+            let mut tmap = tmap;
+            while tmap.axes.len() > rank {
+                let lead = tmap.axes.remove(0);
+                if lead.extent != 1 || !lead.offset.is_const() {
+                    return Err(PlanError::OutputLeadingAxis);
+                }
+            }
+            let staging = self.staging(param, cols, &tmap);
+            body.push(Stmt::Store { param, expr, cols, tmap, staging });
+        }
+        let mut max_shape = None;
+        if let (Some(m), Some(mb)) = (self.stored_max, self.io.max_output) {
+            let mut tmap = it.tmaps[&primary].clone();
+            if let Some(last) = tmap.axes.last_mut() {
+                *last = AxisRange::unit();
+            }
+            let mut shape = g.shape(primary).to_vec();
+            if let Some(last) = shape.last_mut() {
+                *last = Dim::One;
+            }
+            let param = self.param(mb, "partial_max", DType::F32, &shape, true);
+            body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap, staging: None });
+            max_shape = Some(shape);
+        }
+        Ok((scaled_outputs, max_shape))
+    }
+
+    fn param(&mut self, b: Binding, name: &str, dtype: DType, shape: &[Dim], output: bool) -> ParamId {
+        if let Some(p) = self.param_of.get(&b) {
+            return *p;
+        }
+        let id = ParamId(self.params.len() as u32);
+        self.params.push(Param {
+            name: name.to_string(),
+            dtype,
+            shape: shape.iter().map(|d| d.var()).collect(),
+            output,
+            binding: b,
+        });
+        self.param_of.insert(b, id);
+        id
+    }
+
+    /// A staging tile for a store that can be written in 16-byte chunks: the output's rows are
+    /// whole chunks in memory (a static last axis), the tile's rows too, and no column of the
+    /// tile can fall outside the tensor (ragged columns are stored element by element).
+    fn staging(&mut self, param: ParamId, cols: u64, tmap: &TMap) -> Option<BufId> {
+        let p = &self.params[param.0 as usize];
+        let size = p.dtype.size();
+        let last = p.shape.last().copied().flatten()?;
+        let info = self.g.dims.get(last);
+        let fits = cols > 1
+            && !info.dynamic
+            && (info.value * size) % 16 == 0
+            && (cols * size) % 16 == 0
+            && tmap.axes.len() == p.shape.len()
+            && tmap.axes.last().is_some_and(|a| a.limits.is_empty());
+        if !fits {
+            return None;
+        }
+        let (name, dtype) = (format!("t_{}_stage", p.name), p.dtype);
+        let rows = self.rows.div_ceil(16) * 16;
+        Some(self.buf(name, BufKind::Smem { dtype, rows, cols }))
+    }
+
+    fn buf(&mut self, name: String, kind: BufKind) -> BufId {
+        let id = BufId(self.bufs.len() as u32);
+        self.bufs.push(Buf { name, kind, smem_offset: 0, stages: 1 });
+        id
+    }
+
+    fn name_of(&self, id: NodeId) -> String {
+        match self.g.node(id).op {
+            Op::Input(i) => format!("t_{}", self.g.inputs[i as usize].decl.name),
+            _ => format!("t{}", id.0),
+        }
+    }
+
+    /// Lowers one loop level, whose stabilization `stab` was analyzed once by the caller.
+    fn level(
+        &mut self,
+        it: &ItGraph,
+        stab: &BTreeMap<NodeId, Stabilized>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<(), PlanError> {
+        let accs: BTreeSet<NodeId> = it.accumulates.iter().copied().collect();
+        for node in &it.nodes {
+            match node {
+                ItNode::Op(id) => self.op(*id, it, &accs, stab, body)?,
+                ItNode::Inner(inner) => self.inner(inner, body)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A sequential loop: its accumulators and running maxima start before it, loads that do
+    /// not move with it are hoisted, the others are double-buffered.
+    fn inner(&mut self, inner: &ItGraph, body: &mut Vec<Stmt>) -> Result<(), PlanError> {
+        let axis = inner.loops[0];
+        // Accumulators start at the identity of their reduction.
+        for &r in &inner.accumulates {
+            let tm = &inner.tmaps[&r];
+            let cols = tm.axes.last().map_or(1, |a| a.extent);
+            let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols } };
+            let b = self.buf(format!("t{}", r.0), kind);
+            let init = match self.g.node(r).op {
+                Op::Reduce(ReduceOp::Max, _) => f64::NEG_INFINITY,
+                _ => 0.0,
+            };
+            body.push(Stmt::Assign { dst: b, expr: Expr::constant(init) });
+            self.values.insert(r, Value::Reg { expr: Expr::reg(b), cols, scale: None });
+        }
+        let stab = stabilize::analyze(self.g, inner, &self.io.scaled_inputs)?;
+        self.start_running_maxima(&stab, body);
+        let mut loop_body = Vec::new();
+        let mut hoisted = Vec::new();
+        self.level(inner, &stab, &mut loop_body)?;
+        // Hoist loads whose tile does not move with this loop.
+        loop_body.retain(|s| match s {
+            Stmt::Load { tmap, .. } if !tmap.uses(axis.iter) => {
+                hoisted.push(s.clone());
+                false
+            }
+            _ => true,
+        });
+        for s in &loop_body {
+            if let Stmt::Load { dst, .. } = s {
+                self.bufs[dst.0 as usize].stages = 2;
+            }
+        }
+        body.extend(hoisted);
+        body.push(Stmt::Loop { iter: axis.iter, dim: axis.dim, tile: axis.tile, body: loop_body });
+        // A mean divides its sum once, after the loop.
+        for &r in &inner.accumulates {
+            if let Op::Reduce(ReduceOp::Mean, a) = self.g.node(r).op {
+                let d = self.g.shape(self.g.node(r).args[0])[a as usize];
+                let Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), .. }) = self.values.get(&r).cloned() else {
+                    continue;
+                };
+                body.push(Stmt::Assign { dst: b, expr: Expr::bin(BinaryOp::Div, Expr::reg(b), self.extent_expr(d)) });
+            }
+        }
+        Ok(())
+    }
+}

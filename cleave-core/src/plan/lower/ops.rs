@@ -1,0 +1,364 @@
+//! Lowering of each graph op to tile statements, and the value conversions they share.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::stabilize::Stabilized;
+use super::{Lowerer, Scale, Value};
+use crate::graph::{BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
+use crate::index::TMap;
+use crate::plan::error::PlanError;
+use crate::plan::program::{BufId, BufKind, Expr, MmaA, MmaB, Src, Stmt};
+use crate::schedule::itgraph::ItGraph;
+
+/// How a staged tile's non-last axes relate to the block's rows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum RowLayout {
+    /// The tile's rows are the block's rows.
+    Block,
+    /// Every row axis of the tile is a unit: one row, broadcast to all.
+    Broadcast,
+}
+
+/// A tile's shared-memory shape: its non-last axes flattened into rows, its last axis as
+/// columns.
+pub(super) fn tile_2d(tm: &TMap) -> (u64, u64) {
+    match tm.axes.split_last() {
+        None => (1, 1),
+        Some((last, rest)) => (rest.iter().map(|a| a.extent).product::<u64>().max(1), last.extent),
+    }
+}
+
+impl Lowerer<'_> {
+    /// How a tile's rows relate to the block's rows; `None` when the tile broadcasts over some
+    /// row axes but not all (no layout can express that).
+    pub(super) fn row_layout(&self, tm: &TMap) -> Option<RowLayout> {
+        let n = tm.axes.len().saturating_sub(1);
+        let nb = self.row_axes.len();
+        let mut all_unit = true;
+        let mut all_equal = true;
+        for j in 0..nb.max(n) {
+            let block = if j < nb { Some(&self.row_axes[nb - 1 - j]) } else { None };
+            let tile = if j < n { Some(&tm.axes[n - 1 - j]) } else { None };
+            let (be, te) = (block.map_or(1, |a| a.extent), tile.map_or(1, |a| a.extent));
+            if te != 1 {
+                all_unit = false;
+            }
+            let equal = match (block, tile) {
+                (Some(b), Some(t)) => b.extent == t.extent && (b.extent == 1 || b.offset == t.offset),
+                _ => be == te,
+            };
+            if !equal {
+                all_equal = false;
+            }
+        }
+        if all_equal {
+            Some(RowLayout::Block)
+        } else if all_unit {
+            Some(RowLayout::Broadcast)
+        } else {
+            None
+        }
+    }
+
+    /// A value as a block-layout expression, with its column count and scale.
+    pub(super) fn as_reg(&mut self, v: &Value, tm: &TMap) -> Result<(Expr, u64, Option<Scale>), PlanError> {
+        let cols = tm.axes.last().map_or(1, |a| a.extent);
+        match v {
+            Value::Const(c) => Ok((Expr::constant(*c), cols, None)),
+            Value::Reg { expr, cols, scale } => Ok((expr.clone(), *cols, *scale)),
+            Value::Tile { buf, tmap, trans } => {
+                if *trans {
+                    return Err(PlanError::TransposedElementwise);
+                }
+                if self.row_layout(tmap).is_none() {
+                    return Err(PlanError::PartialRowBroadcast);
+                }
+                Ok((Expr::Src(Src::Tile(*buf)), tmap.axes.last().map_or(1, |a| a.extent), None))
+            }
+        }
+    }
+
+    /// Rescales a value to its true magnitude.
+    pub(super) fn normalize(&self, e: Expr, s: Option<Scale>) -> Expr {
+        match s {
+            Some(Scale { m, degree }) if degree != 0 => {
+                let f = if degree == 1 {
+                    Expr::reg(m)
+                } else {
+                    Expr::bin(BinaryOp::Mul, Expr::reg(m), Expr::constant(f64::from(degree)))
+                };
+                Expr::bin(BinaryOp::Mul, e, Expr::Unary(UnaryOp::Exp, Box::new(f)))
+            }
+            _ => e,
+        }
+    }
+
+    /// Materializes a block value into a register buffer named `name` (a register read is
+    /// returned as it is).
+    pub(super) fn materialize(&mut self, name: String, expr: Expr, cols: u64, body: &mut Vec<Stmt>) -> BufId {
+        if let Expr::Src(Src::Reg(b)) = expr {
+            return b;
+        }
+        let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols } };
+        let b = self.buf(name, kind);
+        body.push(Stmt::Assign { dst: b, expr });
+        b
+    }
+
+    pub(super) fn op(
+        &mut self,
+        id: NodeId,
+        it: &ItGraph,
+        accs: &BTreeSet<NodeId>,
+        stab: &BTreeMap<NodeId, Stabilized>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<(), PlanError> {
+        let n = self.g.node(id).clone();
+        let tm = it.tmaps[&id].clone();
+        let cols = tm.axes.last().map_or(1, |a| a.extent);
+        let val = match n.op {
+            Op::Const(c) => Value::Const(c),
+            Op::Input(i) => {
+                let (rows, cols) = tile_2d(&tm);
+                let dtype = self.g.inputs[i as usize].decl.dtype;
+                let b = self.buf(self.name_of(id), BufKind::Smem { dtype, rows, cols });
+                let param = self.param_of[&self.io.inputs[i as usize]];
+                body.push(Stmt::Load { dst: b, param, tmap: tm.clone() });
+                let tile = Value::Tile { buf: b, tmap: tm.clone(), trans: false };
+                if let Some(mb) = self.io.scaled_inputs.get(&(i as usize)).copied() {
+                    self.scaled_input(id, &tile, &tm, mb, stab, body)?
+                } else {
+                    tile
+                }
+            }
+            Op::Transpose => match self.values[&n.args[0]].clone() {
+                Value::Tile { buf, tmap, trans } => {
+                    let mut tmap = tmap;
+                    let r = tmap.axes.len();
+                    tmap.axes.swap(r - 1, r - 2);
+                    Value::Tile { buf, tmap, trans: !trans }
+                }
+                _ => return Err(PlanError::TransposeOfComputed),
+            },
+            Op::Split(_) => match self.values[&n.args[0]].clone() {
+                Value::Tile { buf, trans: false, .. } => Value::Tile { buf, tmap: tm.clone(), trans: false },
+                _ => return Err(PlanError::SplitOfComputed),
+            },
+            Op::Unary(u) => self.unary(id, u, it, &tm, cols, stab, body)?,
+            Op::Binary(op) => self.binary(id, op, it, cols)?,
+            Op::MatMul => self.matmul(id, accs, cols, body)?,
+            Op::Reduce(op, axis) => self.reduce(id, op, axis, it, accs, cols, body)?,
+        };
+        // A value read more than once is computed once.
+        let val = match val {
+            Value::Reg { expr, cols, scale } if self.users[id.index()].len() > 1 && !matches!(expr, Expr::Src(_)) => {
+                let b = self.materialize(self.name_of(id), expr, cols, body);
+                Value::Reg { expr: Expr::reg(b), cols, scale }
+            }
+            v => v,
+        };
+        self.values.insert(id, val);
+        Ok(())
+    }
+
+    /// The lowered value of an operand as a block-layout expression.
+    fn arg(&mut self, id: NodeId, it: &ItGraph) -> Result<(Expr, u64, Option<Scale>), PlanError> {
+        let v = self.values.get(&id).cloned().ok_or(PlanError::UsedBeforeComputed(id))?;
+        let tm = it.tmaps.get(&id).cloned().unwrap_or(TMap { axes: Vec::new() });
+        self.as_reg(&v, &tm)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn unary(
+        &mut self,
+        id: NodeId,
+        u: UnaryOp,
+        it: &ItGraph,
+        tm: &TMap,
+        cols: u64,
+        stab: &BTreeMap<NodeId, Stabilized>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        let (e, _, s) = self.arg(self.g.node(id).args[0], it)?;
+        if let Some(st) = stab.get(&id).filter(|_| u == UnaryOp::Exp) {
+            return self.stabilize_exp(id, e, s, st, tm, body);
+        }
+        let (e, s) = match (u, s) {
+            (UnaryOp::Neg, s) => (e, s),
+            // log(x · exp(m)^d) = log(x) + d · m: the scale leaves through the log.
+            (UnaryOp::Log, Some(sc)) if sc.degree != 0 => {
+                let f = Expr::bin(BinaryOp::Mul, Expr::reg(sc.m), Expr::constant(f64::from(sc.degree)));
+                (Expr::bin(BinaryOp::Add, Expr::Unary(UnaryOp::Log, Box::new(e)), f), None)
+            }
+            (_, Some(sc)) if sc.degree != 0 => return Err(PlanError::LeavesRunningMaxScale),
+            (_, s) => (e, s),
+        };
+        let e = if u == UnaryOp::Log && matches!(e, Expr::Binary(BinaryOp::Add, ..)) {
+            e
+        } else {
+            Expr::Unary(u, Box::new(e))
+        };
+        Ok(Value::Reg { expr: e, cols, scale: s })
+    }
+
+    fn binary(&mut self, id: NodeId, op: BinaryOp, it: &ItGraph, cols: u64) -> Result<Value, PlanError> {
+        let args = self.g.node(id).args.clone();
+        let (a, _, sa) = self.arg(args[0], it)?;
+        let (b, _, sb) = self.arg(args[1], it)?;
+        let deg = |s: Option<Scale>| s.map_or(0, |s| s.degree);
+        let same_m = match (sa, sb) {
+            (Some(x), Some(y)) => x.m == y.m,
+            _ => true,
+        };
+        let m = sa.or(sb).map(|s| s.m);
+        let scale = match op {
+            BinaryOp::Mul if same_m => Some(deg(sa) + deg(sb)),
+            BinaryOp::Div if same_m => Some(deg(sa) - deg(sb)),
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Max if same_m && deg(sa) == deg(sb) => Some(deg(sa)),
+            _ if deg(sa) != 0 || deg(sb) != 0 => return Err(PlanError::LeavesRunningMaxScale),
+            _ => None,
+        };
+        let scale = match (scale, m) {
+            (Some(d), Some(m)) if d != 0 => Some(Scale { m, degree: d }),
+            _ => None,
+        };
+        Ok(Value::Reg { expr: Expr::bin(op, a, b), cols, scale })
+    }
+
+    fn matmul(
+        &mut self,
+        id: NodeId,
+        accs: &BTreeSet<NodeId>,
+        cols: u64,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        let n = self.g.node(id).clone();
+        let (a, b) = (self.values[&n.args[0]].clone(), self.values[&n.args[1]].clone());
+        let mut scale = None;
+        let (ma, k) = match a {
+            Value::Tile { buf, tmap, trans } => {
+                if self.row_layout(&tmap) != Some(RowLayout::Block) {
+                    return Err(PlanError::LeftOperandRows);
+                }
+                (MmaA::Smem { buf, trans }, tmap.axes.last().map_or(1, |x| x.extent))
+            }
+            Value::Reg { expr, cols: k, scale: s } => {
+                // A register operand is rounded to 16 bits for the tensor cores. After an exp
+                // (softmax probabilities) that is a small relative error; before one it is an
+                // absolute error in the exponent, amplified by the scores' magnitude.
+                if self.feeds_exp(id) {
+                    return Err(PlanError::RoundedBeforeExp);
+                }
+                scale = s;
+                let b = self.materialize(self.name_of(n.args[0]), expr, k, body);
+                self.mma_a_frags.insert(b);
+                (MmaA::Frag(b), k)
+            }
+            Value::Const(_) => return Err(PlanError::ConstantMatmulOperand),
+        };
+        let mb = match b {
+            Value::Tile { buf, tmap, trans } => {
+                let r = tmap.axes.len();
+                if tmap.axes[..r - 2].iter().any(|x| x.extent != 1) {
+                    return Err(PlanError::RightOperandBatched);
+                }
+                MmaB { buf, n_major: trans }
+            }
+            _ => return Err(PlanError::ComputedRightOperand),
+        };
+        if k % 16 != 0 {
+            return Err(PlanError::ContractionTile { k });
+        }
+        if cols % 8 != 0 {
+            return Err(PlanError::MatmulColumns { cols });
+        }
+        if accs.contains(&id) {
+            let acc = self.accumulator(id)?;
+            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: true });
+            // The accumulator's scale is that of its contributions (set by stabilization).
+            let scale = self.acc_scale(id).or(scale);
+            Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
+        } else {
+            let acc = self.buf(self.name_of(id), BufKind::Frag { cols });
+            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false });
+            Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
+        }
+    }
+
+    /// The register buffer accumulating the loop reduction `id`.
+    fn accumulator(&self, id: NodeId) -> Result<BufId, PlanError> {
+        match self.values.get(&id) {
+            Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), .. }) => Ok(*b),
+            _ => Err(PlanError::MissingAccumulator(id)),
+        }
+    }
+
+    /// True when `id`'s value reaches an `exp` through any ops.
+    fn feeds_exp(&self, id: NodeId) -> bool {
+        let mut stack = vec![id];
+        let mut seen = BTreeSet::new();
+        while let Some(x) = stack.pop() {
+            for &u in &self.users[x.index()] {
+                if self.g.node(u).op == Op::Unary(UnaryOp::Exp) {
+                    return true;
+                }
+                if seen.insert(u) {
+                    stack.push(u);
+                }
+            }
+        }
+        false
+    }
+
+    fn acc_scale(&self, id: NodeId) -> Option<Scale> {
+        match self.values.get(&id) {
+            Some(Value::Reg { scale, .. }) => *scale,
+            _ => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &mut self,
+        id: NodeId,
+        op: ReduceOp,
+        axis: u32,
+        it: &ItGraph,
+        accs: &BTreeSet<NodeId>,
+        cols: u64,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        let arg = self.g.node(id).args[0];
+        let arg_tm = it.tmaps[&arg].clone();
+        let (e, in_cols, s) = self.arg(arg, it)?;
+        let last = axis as usize + 1 == arg_tm.axes.len();
+        let red_op = if op == ReduceOp::Max { ReduceOp::Max } else { ReduceOp::Sum };
+        let d = self.g.shape(arg)[axis as usize];
+        let acc = accs.contains(&id);
+        let out_scale = self.acc_scale(id).or(s);
+        if last {
+            let mask = arg_tm.axes.last().map(|x| x.limits.clone()).unwrap_or_default();
+            let dst = if acc { self.accumulator(id)? } else { self.buf(self.name_of(id), BufKind::Rows) };
+            body.push(Stmt::RowReduce { dst, op: red_op, expr: e, cols: in_cols, mask, acc });
+            if op == ReduceOp::Mean && !acc {
+                let ext = self.extent_expr(d);
+                body.push(Stmt::Assign { dst, expr: Expr::bin(BinaryOp::Div, Expr::reg(dst), ext) });
+            }
+            return Ok(Value::Reg { expr: Expr::reg(dst), cols: 1, scale: out_scale });
+        }
+        if arg_tm.axes[axis as usize].extent != 1 {
+            return Err(PlanError::NonLastReductionTile);
+        }
+        if !acc {
+            // Reducing one slice is the identity (a mean over an axis of extent 1 included).
+            return Ok(Value::Reg { expr: e, cols, scale: s });
+        }
+        let b = self.accumulator(id)?;
+        let combined = match red_op {
+            ReduceOp::Max => Expr::bin(BinaryOp::Max, Expr::reg(b), e),
+            _ => Expr::bin(BinaryOp::Add, Expr::reg(b), e),
+        };
+        body.push(Stmt::Assign { dst: b, expr: combined });
+        Ok(Value::Reg { expr: Expr::reg(b), cols, scale: out_scale })
+    }
+}

@@ -1,0 +1,124 @@
+//! The statements of stabilization: running maxima, `exp(x - m)`, and the rescaling of every
+//! accumulator when a maximum grows. What gets stabilized is decided by
+//! [`stabilize`](super::stabilize); this only writes it out.
+
+use std::collections::BTreeMap;
+
+use super::ops::tile_2d;
+use super::stabilize::Stabilized;
+use super::{Lowerer, Scale, Value};
+use crate::graph::{BinaryOp, DType, NodeId, ReduceOp};
+use crate::index::{AxisRange, TMap};
+use crate::plan::error::PlanError;
+use crate::plan::program::{Binding, BufId, BufKind, Expr, Src, Stmt};
+
+impl Lowerer<'_> {
+    /// Before a loop: each stabilized source of the loop level gets a running max starting at
+    /// -inf, and its accumulators are scaled by `exp(m)` from the start (zero is zero at any
+    /// scale).
+    pub(super) fn start_running_maxima(&mut self, stab: &BTreeMap<NodeId, Stabilized>, body: &mut Vec<Stmt>) {
+        for (src, st) in stab {
+            if st.accumulators.is_empty() || st.shares_max_with.is_some() {
+                continue;
+            }
+            let m = self.buf(format!("t{}_m", src.0), BufKind::Rows);
+            body.push(Stmt::Assign { dst: m, expr: Expr::constant(f64::NEG_INFINITY) });
+            self.running_max.insert(*src, m);
+            for a in &st.accumulators {
+                if let Some(Value::Reg { scale, .. }) = self.values.get_mut(a) {
+                    *scale = Some(Scale { m, degree: 1 });
+                }
+            }
+        }
+    }
+
+    /// Stabilized `exp(x)`: masks columns outside the tensor to -inf, updates the running max
+    /// (or takes a one-shot max) and returns `exp(x - m)` scaled by `exp(m)`.
+    pub(super) fn stabilize_exp(
+        &mut self,
+        id: NodeId,
+        x: Expr,
+        xs: Option<Scale>,
+        st: &Stabilized,
+        tm: &TMap,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        if xs.is_some() {
+            return Err(PlanError::ExpOfScaled);
+        }
+        let cols = tm.axes.last().map_or(1, |a| a.extent);
+        let limits = tm.axes.last().map(|a| a.limits.clone()).unwrap_or_default();
+        let x = if limits.is_empty() { x } else { Expr::MaskCols(Box::new(x), limits, f64::NEG_INFINITY) };
+        let xb = self.materialize(format!("t{}_x", id.0), x, cols, body);
+        let m_tile = self.buf(format!("t{}_mt", id.0), BufKind::Rows);
+        body.push(Stmt::RowReduce {
+            dst: m_tile,
+            op: ReduceOp::Max,
+            expr: Expr::reg(xb),
+            cols,
+            mask: Vec::new(),
+            acc: false,
+        });
+        let m = self.update_max(id, Expr::reg(m_tile), st, body);
+        let e = Expr::ExpDiff(Box::new(Expr::reg(xb)), Box::new(Expr::reg(m)));
+        Ok(Value::Reg { expr: e, cols, scale: Some(Scale { m, degree: 1 }) })
+    }
+
+    /// A scaled partial input `x · exp(m_in)`: merges `m_in` into the running max and returns
+    /// `x · exp(m_in - m)` scaled by `exp(m)`.
+    pub(super) fn scaled_input(
+        &mut self,
+        id: NodeId,
+        tile: &Value,
+        tm: &TMap,
+        max_binding: Binding,
+        stab: &BTreeMap<NodeId, Stabilized>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        let Some(st) = stab.get(&id) else {
+            return Err(PlanError::UnreducedScaledPartial);
+        };
+        let (m, mbuf) = match st.shares_max_with {
+            // The earlier partial already folded this iteration's max in; reuse its tile.
+            Some(first) => (self.running_max[&first], self.partial_max_tile[&first]),
+            None => {
+                let mut mtm = tm.clone();
+                if let Some(last) = mtm.axes.last_mut() {
+                    *last = AxisRange::unit();
+                }
+                let mbuf = self.buf(
+                    format!("{}_max", self.name_of(id)),
+                    BufKind::Smem { dtype: DType::F32, rows: tile_2d(&mtm).0, cols: 1 },
+                );
+                let param = self.param_of[&max_binding];
+                body.push(Stmt::Load { dst: mbuf, param, tmap: mtm });
+                self.partial_max_tile.insert(id, mbuf);
+                (self.update_max(id, Expr::Src(Src::Tile(mbuf)), st, body), mbuf)
+            }
+        };
+        let (x, cols, _) = self.as_reg(tile, tm)?;
+        let f = Expr::ExpDiff(Box::new(Expr::Src(Src::Tile(mbuf))), Box::new(Expr::reg(m)));
+        Ok(Value::Reg { expr: Expr::bin(BinaryOp::Mul, x, f), cols, scale: Some(Scale { m, degree: 1 }) })
+    }
+
+    /// Folds a per-row maximum into the running max of `src` (rescaling its accumulators), or
+    /// makes it the one-shot max. Returns the buffer holding the max to subtract.
+    fn update_max(&mut self, src: NodeId, m_tile: Expr, st: &Stabilized, body: &mut Vec<Stmt>) -> BufId {
+        let Some(&m) = self.running_max.get(&src).filter(|_| !st.accumulators.is_empty()) else {
+            let m = self.buf(format!("t{}_m", src.0), BufKind::Rows);
+            body.push(Stmt::Assign { dst: m, expr: m_tile });
+            return m;
+        };
+        let m_new = self.buf(format!("t{}_mn", src.0), BufKind::Rows);
+        body.push(Stmt::Assign { dst: m_new, expr: Expr::bin(BinaryOp::Max, Expr::reg(m), m_tile) });
+        let c = self.buf(format!("t{}_c", src.0), BufKind::Rows);
+        body.push(Stmt::Assign { dst: c, expr: Expr::ExpDiff(Box::new(Expr::reg(m)), Box::new(Expr::reg(m_new))) });
+        for &a in &st.accumulators {
+            if let Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), .. }) = self.values.get(&a).cloned() {
+                body.push(Stmt::Assign { dst: b, expr: Expr::bin(BinaryOp::Mul, Expr::reg(b), Expr::reg(c)) });
+            }
+        }
+        body.push(Stmt::Assign { dst: m, expr: Expr::reg(m_new) });
+        m
+    }
+}

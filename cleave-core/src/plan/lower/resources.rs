@@ -1,0 +1,163 @@
+//! The block's resources: how warps cover it, how many registers a thread needs, and where
+//! each shared-memory tile lives.
+
+use super::Lowerer;
+use crate::plan::program::{Buf, BufId, BufKind, MmaA, Stmt, Warps};
+use crate::schedule::config::TileConfig;
+
+impl Lowerer<'_> {
+    /// Lays warps over the block: down the rows first (so row reductions stay in a warp), and
+    /// across columns only when there are too few 16-row tiles and no register tile feeds a
+    /// product as its left operand (which would need whole rows in one warp).
+    pub(super) fn warps(&self, cfg: &TileConfig) -> Warps {
+        let want = cfg.warps.max(1);
+        let tiles16 = (self.rows.div_ceil(16)) as u32;
+        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
+        let m_tiles = tiles16 / m;
+        let mut n = 1;
+        if m < want && want % m == 0 && self.mma_a_frags.is_empty() {
+            let cand = want / m;
+            let all_cols_split = self.bufs.iter().all(|b| match b.kind {
+                BufKind::Frag { cols } => cols % (8 * u64::from(cand)) == 0,
+                _ => true,
+            });
+            if all_cols_split {
+                n = cand;
+            }
+        }
+        Warps { m, n, m_tiles }
+    }
+
+    /// Registers per thread at the busiest point of the program: register buffers are live
+    /// from their first write to their last read (a loop keeps everything it touches live for
+    /// all its iterations), plus the f16 copies of left MMA operands and a fixed allowance for
+    /// addresses and loop state.
+    pub(super) fn register_estimate(&self, w: Warps, body: &[Stmt]) -> u64 {
+        let rows = 16 * u64::from(w.m_tiles);
+        let mut first = vec![usize::MAX; self.bufs.len()];
+        let mut last = vec![0usize; self.bufs.len()];
+        let mut clock = 0usize;
+        lifetimes(body, &mut first, &mut last, &mut clock, &|_| false);
+        let cost: Vec<u64> = self
+            .bufs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.kind {
+                BufKind::Frag { cols } => {
+                    let f32s = rows * cols.div_ceil(u64::from(w.n)) / 32;
+                    let halves = if self.mma_a_frags.contains(&BufId(i as u32)) { rows * cols / 64 } else { 0 };
+                    f32s + halves
+                }
+                BufKind::Rows => 2 * u64::from(w.m_tiles),
+                BufKind::Smem { .. } => 0,
+            })
+            .collect();
+        let peak = (0..=clock)
+            .map(|t| (0..self.bufs.len()).filter(|&i| first[i] <= t && t <= last[i]).map(|i| cost[i]).sum::<u64>())
+            .max()
+            .unwrap_or(0);
+        peak + 32
+    }
+}
+
+/// Assigns shared-memory offsets with a first-fit allocator over buffer lifetimes, and returns
+/// the peak (the dynamic shared memory a block needs). A tile used inside a loop stays live
+/// for the whole loop; one loaded in a loop is double-buffered.
+pub(super) fn allocate_smem(bufs: &mut [Buf], body: &[Stmt], warps: Warps) -> u64 {
+    let mut first = vec![usize::MAX; bufs.len()];
+    let mut last = vec![0usize; bufs.len()];
+    let mut clock = 0usize;
+    lifetimes(body, &mut first, &mut last, &mut clock, &|i| bufs[i].stages > 1);
+    let mut order: Vec<usize> =
+        (0..bufs.len()).filter(|&i| bufs[i].smem_stage_bytes() > 0 && first[i] != usize::MAX).collect();
+    order.sort_by_key(|&i| (first[i], i));
+    let mut placed: Vec<(usize, u64, u64)> = Vec::new();
+    let mut peak = 0;
+    for i in order {
+        let size = (bufs[i].smem_stage_bytes() * u64::from(bufs[i].stages)).div_ceil(128) * 128;
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|(j, _, _)| first[*j] <= last[i] && first[i] <= last[*j])
+            .map(|(_, off, sz)| (*off, *sz))
+            .collect();
+        busy.sort_unstable();
+        let mut off = 0;
+        for (o, s) in busy {
+            if off + size <= o {
+                break;
+            }
+            off = off.max(o + s);
+        }
+        bufs[i].smem_offset = off;
+        placed.push((i, off, size));
+        peak = peak.max(off + size);
+    }
+    // Cross-warp row reductions exchange one f32 per row and column-warp.
+    if warps.n > 1 {
+        peak += 16 * u64::from(warps.m_tiles * warps.m) * u64::from(warps.n) * 4;
+    }
+    peak
+}
+
+/// First and last use of every buffer, on a clock that ticks once per statement. A buffer
+/// defined before a loop and used in it is live for the whole loop (it carries across
+/// iterations); so is one that `whole_loop` says must be (double-buffered tiles). A value
+/// computed and consumed within one iteration keeps its short range.
+fn lifetimes(
+    body: &[Stmt],
+    first: &mut [usize],
+    last: &mut [usize],
+    clock: &mut usize,
+    whole_loop: &dyn Fn(usize) -> bool,
+) {
+    let touch = |b: BufId, t: usize, first: &mut [usize], last: &mut [usize]| {
+        let i = b.0 as usize;
+        first[i] = first[i].min(t);
+        last[i] = last[i].max(t);
+    };
+    for s in body {
+        *clock += 1;
+        let t = *clock;
+        match s {
+            Stmt::Load { dst, .. } => touch(*dst, t, first, last),
+            Stmt::Assign { dst, expr } => {
+                touch(*dst, t, first, last);
+                let mut v = Vec::new();
+                expr.bufs(&mut v);
+                v.into_iter().for_each(|b| touch(b, t, first, last));
+            }
+            Stmt::RowReduce { dst, expr, .. } => {
+                touch(*dst, t, first, last);
+                let mut v = Vec::new();
+                expr.bufs(&mut v);
+                v.into_iter().for_each(|b| touch(b, t, first, last));
+            }
+            Stmt::Mma { acc, a, b, .. } => {
+                touch(*acc, t, first, last);
+                match a {
+                    MmaA::Smem { buf, .. } | MmaA::Frag(buf) => touch(*buf, t, first, last),
+                }
+                touch(b.buf, t, first, last);
+            }
+            Stmt::Store { expr, staging, .. } => {
+                let mut v = Vec::new();
+                expr.bufs(&mut v);
+                v.extend(*staging);
+                v.into_iter().for_each(|b| touch(b, t, first, last));
+            }
+            Stmt::Loop { body, .. } => {
+                let start = t;
+                let before: Vec<usize> = last.to_vec();
+                lifetimes(body, first, last, clock, whole_loop);
+                let end = *clock;
+                for i in 0..first.len() {
+                    let used_inside = last[i] != before[i] || (first[i] >= start && first[i] <= end);
+                    if used_inside && (first[i] < start || whole_loop(i)) {
+                        first[i] = first[i].min(start);
+                        last[i] = last[i].max(end);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The stabilization analysis: which exps of a loop level need a running maximum.
+//!
+//! A source is an `exp`, or an input holding scaled partials of an earlier kernel (values
+//! stored as `x · exp(m)` next to their `m`). A source is stabilized when it reaches
+//! reductions only through ops linear in it: negation, a split, a product or quotient by an
+//! independent value, sums and differences of linear values, and, for a matmul, the left
+//! operand (the running max is per row of the left operand). Each such reduction then sees
+//! values on one common scale, and rescaling its accumulator when the max grows keeps it
+//! exact. Values computed from a reduction are tracked by the lowering's scale degrees and need
+//! not be linear.
+//!
+//! The analysis is a pure function of the graph, one loop level and which inputs are scaled;
+//! the lowering runs it once per level and [`rescale`](super::rescale) writes what it decides.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::graph::{BinaryOp, Graph, NodeId, Op, UnaryOp};
+use crate::plan::error::PlanError;
+use crate::plan::program::Binding;
+use crate::schedule::itgraph::ItGraph;
+
+/// How one source is stabilized at a level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stabilized {
+    /// The accumulators of this level the source feeds (a running maximum across the loop's
+    /// iterations); empty for a one-shot maximum within a single tile.
+    pub accumulators: Vec<NodeId>,
+    /// For a scaled partial input: an earlier partial of the same split whose running max this
+    /// one shares.
+    pub shares_max_with: Option<NodeId>,
+}
+
+/// How a value depends on one source.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dependence {
+    /// Not at all.
+    Independent,
+    /// Linearly.
+    Linear,
+    /// Through a non-linear op.
+    NonLinear,
+    /// Through a reduction of the source (its scale is tracked, not its linearity).
+    FromReduction,
+}
+
+/// The sources of `level` that feed reductions, keyed by node. `scaled_inputs` maps the
+/// kernel's scaled partial inputs (by input index) to the binding of their running max.
+pub fn analyze(
+    g: &Graph,
+    level: &ItGraph,
+    scaled_inputs: &BTreeMap<usize, Binding>,
+) -> Result<BTreeMap<NodeId, Stabilized>, PlanError> {
+    let ops: Vec<NodeId> = level.ops().collect();
+    let accs: BTreeSet<NodeId> = level.accumulates.iter().copied().collect();
+    let scaled_input = |id: NodeId| match g.node(id).op {
+        Op::Input(i) => scaled_inputs.get(&(i as usize)).copied(),
+        _ => None,
+    };
+    let mut sources: Vec<NodeId> = ops.iter().copied().filter(|id| g.node(*id).op == Op::Unary(UnaryOp::Exp)).collect();
+    sources.extend(ops.iter().copied().filter(|id| scaled_input(*id).is_some()));
+    let mut out: BTreeMap<NodeId, Stabilized> = BTreeMap::new();
+    // Scaled partials stored with the same running max merge under one running max here.
+    let mut first_with_max: BTreeMap<Binding, NodeId> = BTreeMap::new();
+    for src in sources {
+        let (reds, nonlinear) = linear_reductions(g, src, &ops);
+        if reds.is_empty() {
+            continue;
+        }
+        if let Some(bad) = nonlinear {
+            return Err(PlanError::NonLinearExp(bad));
+        }
+        let in_loop: Vec<NodeId> = reds.iter().copied().filter(|r| accs.contains(r)).collect();
+        if !in_loop.is_empty() && in_loop.len() != reds.len() {
+            return Err(PlanError::MixedExpReductions);
+        }
+        let max_binding = scaled_input(src);
+        match max_binding.and_then(|b| first_with_max.get(&b).copied()) {
+            Some(first) => {
+                if let Some(st) = out.get_mut(&first) {
+                    st.accumulators.extend(in_loop);
+                }
+                out.insert(src, Stabilized { accumulators: Vec::new(), shares_max_with: Some(first) });
+            }
+            None => {
+                if let Some(b) = max_binding {
+                    first_with_max.insert(b, src);
+                }
+                out.insert(src, Stabilized { accumulators: in_loop, shares_max_with: None });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The reductions of `ops` that consume `src` linearly, and the first reduction (if any) that
+/// consumes it through a non-linear op.
+fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Option<NodeId>) {
+    use Dependence::{FromReduction, Independent, Linear, NonLinear};
+    let mut state: BTreeMap<NodeId, Dependence> = BTreeMap::new();
+    let mut reds = Vec::new();
+    let mut bad = None;
+    for &id in ops {
+        let n = g.node(id);
+        let a: Vec<Dependence> = n.args.iter().map(|x| state.get(x).copied().unwrap_or(Independent)).collect();
+        let is_reduction = match n.op {
+            Op::MatMul => true,
+            Op::Reduce(_, axis) => axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf(),
+            _ => false,
+        };
+        let dep = if id == src {
+            Linear
+        } else if a.iter().all(|x| *x == Independent) {
+            Independent
+        } else if is_reduction {
+            // A matmul must take the source as its left operand: the running max is per row of
+            // the left operand.
+            let linear = match n.op {
+                Op::MatMul => a[0] == Linear && a[1] == Independent,
+                _ => a[0] == Linear,
+            };
+            if linear {
+                reds.push(id);
+                FromReduction
+            } else if a.contains(&NonLinear) || a.contains(&Linear) {
+                bad.get_or_insert(id);
+                NonLinear
+            } else {
+                FromReduction
+            }
+        } else if a.contains(&NonLinear) {
+            NonLinear
+        } else if a.contains(&FromReduction) {
+            FromReduction
+        } else {
+            match n.op {
+                Op::Unary(UnaryOp::Neg) | Op::Split(_) => Linear,
+                Op::Binary(BinaryOp::Mul) if a.contains(&Independent) => Linear,
+                Op::Binary(BinaryOp::Div) if a[1] == Independent => Linear,
+                Op::Binary(BinaryOp::Add | BinaryOp::Sub) if a[0] == Linear && a[1] == Linear => Linear,
+                _ => NonLinear,
+            }
+        };
+        state.insert(id, dep);
+    }
+    (reds, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::check_source;
+    use crate::graph::{ReduceOp, ValidGraph};
+    use crate::schedule::{configs, schedule, ItNode};
+
+    /// A kernel `k` with output `y: f32[m, 1]`; `body` holds one statement per line.
+    fn graph(dims: &str, inputs: &str, body: &str) -> ValidGraph {
+        let body: String = body.lines().map(|l| format!("      {l}\n")).collect();
+        let src = format!(
+            "kernels:\n  - name: k\n    dims: {dims}\n    inputs: {inputs}\n    outputs: {{ y: \"f32[m, 1]\" }}\n    body: |\n{body}"
+        );
+        let mut module = check_source(src.as_bytes()).unwrap_or_else(|d| panic!("{d:?}"));
+        module.kernels.remove(0).1
+    }
+
+    /// The graph scheduled with its reductions iterated in tiles smaller than the axis: the
+    /// top level and the loop level below it.
+    fn looped(g: &ValidGraph) -> (ItGraph, ItGraph) {
+        for cfg in configs(g) {
+            let Ok(top) = schedule(g, &cfg) else { continue };
+            let inner = top.nodes.iter().find_map(|n| match n {
+                ItNode::Inner(i) => Some(i.as_ref().clone()),
+                ItNode::Op(_) => None,
+            });
+            if let Some(inner) = inner {
+                return (top, inner);
+            }
+        }
+        panic!("no configuration puts a loop in {}", g.listing())
+    }
+
+    fn node(g: &Graph, pred: impl Fn(&Op) -> bool) -> NodeId {
+        g.ids().find(|id| pred(&g.node(*id).op)).expect("the node exists")
+    }
+
+    #[test]
+    fn an_exp_feeding_a_row_sum_and_a_product_gets_one_running_max_over_both() {
+        let g = graph(
+            "{ m: 64, l: 512, d: 64 }",
+            "{ s: \"f32[m, l]\", v: \"f16[l, d]\", w: \"f16[d, 1]\" }",
+            "e = exp(s)\ny = matmul(matmul(e, v) / sum(e, axis=-1), w)",
+        );
+        let (_, inner) = looped(&g);
+        let stab = analyze(&g, &inner, &BTreeMap::new()).expect("stabilizable");
+        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+        let st = &stab[&exp];
+        let mut accs = st.accumulators.clone();
+        accs.sort();
+        let mm = node(&g, |op| *op == Op::MatMul);
+        let sum = node(&g, |op| matches!(op, Op::Reduce(ReduceOp::Sum, _)));
+        assert_eq!(accs, vec![mm, sum], "both accumulators are rescaled");
+        assert_eq!(st.shares_max_with, None);
+        assert_eq!(stab.len(), 1, "only the exp is a source: {stab:?}");
+    }
+
+    #[test]
+    fn an_exp_reduced_within_one_tile_gets_a_one_shot_max() {
+        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = log(sum(exp(s), axis=-1))");
+        let cfg = configs(&g).into_iter().next().expect("a configuration");
+        let top = schedule(&g, &cfg).expect("schedules");
+        assert!(top.inners().next().is_none(), "l = 64 fits one tile");
+        let stab = analyze(&g, &top, &BTreeMap::new()).expect("stabilizable");
+        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+        assert_eq!(stab[&exp], Stabilized { accumulators: Vec::new(), shares_max_with: None });
+    }
+
+    #[test]
+    fn an_exp_reduced_once_linearly_and_once_squared_is_refused() {
+        let g = graph(
+            "{ m: 64, l: 512 }",
+            "{ s: \"f32[m, l]\" }",
+            "e = exp(s)\ny = sum(e, axis=-1) + sum(square(e), axis=-1)",
+        );
+        let (_, inner) = looped(&g);
+        let squared = g.ids().filter(|id| matches!(g.node(*id).op, Op::Reduce(ReduceOp::Sum, _))).last();
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(squared.expect("sums"))));
+    }
+
+    #[test]
+    fn an_exp_reaching_a_product_as_its_right_operand_is_refused() {
+        // The running max is per row of a product's left operand; the right one has none.
+        let g = graph(
+            "{ m: 64, l: 512 }",
+            "{ s: \"f16[m, l]\", x: \"f32[m, l]\" }",
+            "e = exp(x)\ny = sum(e, axis=-1) + sum(matmul(s, transpose(e)), axis=-1)",
+        );
+        let (_, inner) = looped(&g);
+        let mm = node(&g, |op| *op == Op::MatMul);
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(mm)));
+    }
+
+    #[test]
+    fn an_exp_that_feeds_no_reduction_is_left_alone() {
+        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = sum(s, axis=-1) * 2.0");
+        let cfg = configs(&g).into_iter().next().expect("a configuration");
+        let top = schedule(&g, &cfg).expect("schedules");
+        assert!(analyze(&g, &top, &BTreeMap::new()).expect("no sources").is_empty());
+        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = exp(sum(s, axis=-1))");
+        let top = schedule(&g, &configs(&g).remove(0)).expect("schedules");
+        assert!(analyze(&g, &top, &BTreeMap::new()).expect("an exp after the sum").is_empty());
+    }
+
+    #[test]
+    fn scaled_partials_sharing_a_max_share_one_running_max() {
+        // Two partial sums of one split, both stored against the same running max.
+        let g = graph(
+            "{ m: 64, p: 8 }",
+            "{ a: \"f32[p, m, 1]\", b: \"f32[p, m, 1]\" }",
+            "y = sum(a, axis=0) / sum(b, axis=0)",
+        );
+        let (_, inner) = looped(&g);
+        let max = Binding::Workspace(9);
+        let scaled: BTreeMap<usize, Binding> = [(0, max), (1, max)].into_iter().collect();
+        let stab = analyze(&g, &inner, &scaled).expect("stabilizable");
+        let a = node(&g, |op| *op == Op::Input(0));
+        let b = node(&g, |op| *op == Op::Input(1));
+        assert_eq!(stab[&b].shares_max_with, Some(a), "{stab:?}");
+        assert!(stab[&b].accumulators.is_empty());
+    }
+}
