@@ -25,6 +25,7 @@
 // In pipeline order: each module uses only those listed before it (tests/tidy.rs checks it).
 pub mod arch;
 pub mod codegen;
+pub mod eval;
 pub mod front;
 pub mod graph;
 pub mod hash;

@@ -8,49 +8,52 @@
 
 mod random;
 
+use std::convert::Infallible;
+
 pub use random::{random_inputs, InputScale, Rng};
 
-use crate::graph::{Bindings, Graph, NodeId, Op, ReduceOp, ValidGraph};
+pub use crate::eval::strides;
+use crate::eval::{eval_into, Dense, Domain, EvalError};
+use crate::graph::{BinaryOp, Bindings, NodeId, ReduceOp, UnaryOp, ValidGraph};
 
 /// A dense row-major tensor of f64.
-#[derive(Clone, PartialEq, Debug)]
-pub struct Tensor {
-    /// Extents, outermost first.
-    pub shape: Vec<usize>,
-    /// Elements in row-major order.
-    pub data: Vec<f64>,
-}
+pub type Tensor = Dense<f64>;
 
-impl Tensor {
-    /// A tensor filled with `value`.
-    pub fn full(shape: Vec<usize>, value: f64) -> Tensor {
-        let n = shape.iter().product();
-        Tensor { shape, data: vec![value; n] }
+/// The real numbers, in f64: every op exactly as its definition says.
+struct Real;
+
+impl Domain for Real {
+    type Value = f64;
+    type Error = Infallible;
+
+    fn constant(&self, c: f64) -> Result<f64, Infallible> {
+        Ok(c)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.data.len()
+    fn count(&self, n: usize) -> Result<f64, Infallible> {
+        Ok(n as f64)
     }
 
-    /// True when the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    fn zero(&self) -> f64 {
+        0.0
     }
 
-    /// Row-major strides.
-    pub fn strides(&self) -> Vec<usize> {
-        strides(&self.shape)
+    fn unary(&self, op: UnaryOp, x: f64) -> Result<f64, Infallible> {
+        Ok(op.eval(x))
     }
-}
 
-/// Row-major strides of a shape.
-pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+    fn binary(&self, op: BinaryOp, x: f64, y: f64) -> Result<f64, Infallible> {
+        Ok(op.eval(x, y))
     }
-    s
+
+    fn mul_add(&self, acc: f64, x: f64, y: f64) -> f64 {
+        acc + x * y
+    }
+
+    fn reduce_start(&self, op: ReduceOp) -> Option<f64> {
+        // The starts of `Iterator::sum` and of a running maximum.
+        Some(if op == ReduceOp::Max { f64::NEG_INFINITY } else { -0.0 })
+    }
 }
 
 /// Why a graph could not be evaluated.
@@ -81,162 +84,20 @@ pub fn eval(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor]) -> Resul
 
 /// Evaluates every node (outputs of dead nodes included), indexed by [`NodeId::index`].
 pub fn eval_nodes(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor]) -> Result<Vec<Tensor>, RefError> {
-    let g: &Graph = graph;
-    if inputs.len() != g.inputs.len() {
-        return Err(RefError::InputCount { want: g.inputs.len(), got: inputs.len() });
+    if inputs.len() != graph.inputs.len() {
+        return Err(RefError::InputCount { want: graph.inputs.len(), got: inputs.len() });
     }
-    let mut values: Vec<Tensor> = Vec::with_capacity(g.nodes.len());
-    for id in g.ids() {
-        let node = g.node(id);
-        let shape = bindings.extents(&node.shape);
-        let elems: usize = shape.iter().product();
-        if elems > MAX_ELEMS {
-            return Err(RefError::TooLarge(elems));
+    let mut values = Vec::with_capacity(graph.nodes.len());
+    eval_into(&Real, &graph.nodes, bindings, inputs, MAX_ELEMS, &mut values).map_err(|e| match e {
+        EvalError::MissingInput(_) => RefError::InputCount { want: graph.inputs.len(), got: inputs.len() },
+        EvalError::InputShape { input, want, got } => {
+            RefError::InputShape { name: graph.inputs[input].decl.name.clone(), want, got }
         }
-        let arg = |i: usize| &values[node.args[i].index()];
-        let t = match node.op {
-            Op::Input(k) => {
-                let t = &inputs[k as usize];
-                if t.shape != shape {
-                    return Err(RefError::InputShape {
-                        name: g.inputs[k as usize].decl.name.clone(),
-                        want: shape,
-                        got: t.shape.clone(),
-                    });
-                }
-                t.clone()
-            }
-            Op::Const(c) => Tensor { shape: Vec::new(), data: vec![c] },
-            Op::Unary(u) => Tensor { shape, data: arg(0).data.iter().map(|&x| u.eval(x)).collect() },
-            Op::Binary(b) => {
-                let (x, y) = (arg(0), arg(1));
-                let xi = broadcast_index(&x.shape, &shape);
-                let yi = broadcast_index(&y.shape, &shape);
-                let data = (0..elems).map(|i| b.eval(x.data[xi(i)], y.data[yi(i)])).collect();
-                Tensor { shape, data }
-            }
-            Op::Transpose => transpose(arg(0)),
-            Op::MatMul => matmul(arg(0), arg(1), &shape),
-            Op::Reduce(r, axis) => reduce(arg(0), r, axis as usize),
-            Op::Split(axis) => split(arg(0), axis as usize, &shape)?,
-        };
-        debug_assert_eq!(t.shape, bindings.extents(&node.shape), "node {id:?}");
-        values.push(t);
-    }
+        EvalError::RaggedSplit { count, extent } => RefError::RaggedSplit { count, extent },
+        EvalError::TooLarge(n) => RefError::TooLarge(n),
+        EvalError::Domain(never) => match never {},
+    })?;
     Ok(values)
-}
-
-/// Maps a linear index of `out` to the linear index of a broadcast operand of shape `x`.
-fn broadcast_index(x: &[usize], out: &[usize]) -> impl Fn(usize) -> usize {
-    let rank = out.len();
-    let xs = strides(x);
-    let os = strides(out);
-    // Per output axis: the operand stride, or 0 where the operand broadcasts or lacks the axis.
-    let eff: Vec<usize> = (0..rank)
-        .map(|i| {
-            let off = rank - x.len();
-            if i < off || x[i - off] == 1 {
-                0
-            } else {
-                xs[i - off]
-            }
-        })
-        .collect();
-    move |mut lin| {
-        let mut idx = 0;
-        for (a, &os_a) in os.iter().enumerate() {
-            let c = lin / os_a;
-            lin %= os_a;
-            idx += c * eff[a];
-        }
-        idx
-    }
-}
-
-fn transpose(x: &Tensor) -> Tensor {
-    let r = x.shape.len();
-    let mut shape = x.shape.clone();
-    shape.swap(r - 1, r - 2);
-    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
-    let batch: usize = x.shape[..r - 2].iter().product();
-    let mut data = vec![0.0; x.len()];
-    for b in 0..batch {
-        for i in 0..rows {
-            for j in 0..cols {
-                data[b * rows * cols + j * rows + i] = x.data[b * rows * cols + i * cols + j];
-            }
-        }
-    }
-    Tensor { shape, data }
-}
-
-fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Tensor {
-    let r = out_shape.len();
-    let (m, n) = (out_shape[r - 2], out_shape[r - 1]);
-    let k = a.shape[a.shape.len() - 1];
-    let batch_shape = &out_shape[..r - 2];
-    let nb: usize = batch_shape.iter().product();
-    let a_batch = &a.shape[..a.shape.len() - 2];
-    let b_batch = &b.shape[..b.shape.len() - 2];
-    let ai = broadcast_index(a_batch, batch_shape);
-    let bi = broadcast_index(b_batch, batch_shape);
-    let mut data = vec![0.0; nb * m * n];
-    for bt in 0..nb {
-        let ao = ai(bt) * m * k;
-        let bo = bi(bt) * k * n;
-        // i-p-j order walks B and the result row by row: the same sums, cache-friendly.
-        for i in 0..m {
-            let out = &mut data[bt * m * n + i * n..bt * m * n + (i + 1) * n];
-            for p in 0..k {
-                let x = a.data[ao + i * k + p];
-                let row = &b.data[bo + p * n..bo + (p + 1) * n];
-                for (o, y) in out.iter_mut().zip(row) {
-                    *o += x * y;
-                }
-            }
-        }
-    }
-    Tensor { shape: out_shape.to_vec(), data }
-}
-
-fn reduce(x: &Tensor, r: ReduceOp, axis: usize) -> Tensor {
-    let outer: usize = x.shape[..axis].iter().product();
-    let len = x.shape[axis];
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut shape = x.shape.clone();
-    shape[axis] = 1;
-    let mut data = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for i in 0..inner {
-            let it = (0..len).map(|k| x.data[(o * len + k) * inner + i]);
-            data.push(match r {
-                ReduceOp::Sum => it.sum(),
-                ReduceOp::Mean => it.sum::<f64>() / len as f64,
-                ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max),
-            });
-        }
-    }
-    Tensor { shape, data }
-}
-
-fn split(x: &Tensor, axis: usize, out_shape: &[usize]) -> Result<Tensor, RefError> {
-    let (count, chunk) = (out_shape[0], out_shape[axis + 1]);
-    let extent = x.shape[axis];
-    if count * chunk != extent {
-        return Err(RefError::RaggedSplit { count, extent });
-    }
-    let outer: usize = x.shape[..axis].iter().product();
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut data = Vec::with_capacity(x.len());
-    for j in 0..count {
-        for o in 0..outer {
-            for c in 0..chunk {
-                let src = (o * extent + j * chunk + c) * inner;
-                data.extend_from_slice(&x.data[src..src + inner]);
-            }
-        }
-    }
-    Ok(Tensor { shape: out_shape.to_vec(), data })
 }
 
 /// The reference value of one node, for tests and diagnostics.

@@ -22,57 +22,89 @@
 //!   again with new inputs.
 
 use super::field::{agree, random, Fp, Keys, Uninterpreted, ZeroDivisor};
+use crate::eval::{self, Dense, Domain};
 use crate::graph::{BinaryOp, Bindings, DimTable, Node, Op, ReduceOp, UnaryOp};
-use crate::reference::{strides, Rng};
+use crate::reference::Rng;
 use crate::symbolic::small_bindings;
 
 /// A dense row-major tensor of fingerprint values.
-#[derive(Clone, PartialEq, Debug, Default)]
-pub struct FTensor {
-    /// Extents.
-    pub shape: Vec<usize>,
-    /// Elements.
-    pub data: Vec<Fp>,
-}
+pub type FTensor = Dense<Fp>;
 
-/// Why an evaluation gave no fingerprint.
-#[derive(Clone, PartialEq, Debug)]
-pub enum EvalError {
+/// Why the field has no value for an operation.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum FieldError {
     /// A division by zero in the field: the trial is inconclusive.
     ZeroDivisor,
     /// A constant with no image in the field (infinite or NaN).
     BadConstant(f64),
-    /// A split whose count does not divide its axis.
-    RaggedSplit,
-    /// The instance would need more elements than allowed.
-    TooLarge(usize),
 }
 
-impl From<ZeroDivisor> for EvalError {
+impl From<ZeroDivisor> for FieldError {
     fn from(_: ZeroDivisor) -> Self {
-        EvalError::ZeroDivisor
+        FieldError::ZeroDivisor
     }
 }
+
+/// Why an evaluation gave no fingerprint.
+pub type EvalError = eval::EvalError<FieldError>;
+
+/// The error of a division by zero, which makes a trial inconclusive rather than wrong.
+pub const ZERO_DIVISOR: EvalError = eval::EvalError::Domain(FieldError::ZeroDivisor);
 
 /// Largest tensor the evaluator materializes.
 const MAX_ELEMS: usize = 1 << 26;
 
-/// Maps a linear index of the output to the linear index of a broadcast operand.
-fn broadcast_map(x: &[usize], out: &[usize]) -> Vec<usize> {
-    let rank = out.len();
-    let xs = strides(x);
-    let off = rank - x.len();
-    (0..rank).map(|i| if i < off || x[i - off] == 1 { 0 } else { xs[i - off] }).collect()
-}
+/// The ring Z_p × Z_q, with the uninterpreted functions and the order of `max` drawn by the
+/// keys of one trial.
+impl Domain for Keys {
+    type Value = Fp;
+    type Error = FieldError;
 
-fn index_of(mut lin: usize, out_strides: &[usize], eff: &[usize]) -> usize {
-    let mut idx = 0;
-    for (os, e) in out_strides.iter().zip(eff) {
-        let c = lin / os;
-        lin %= os;
-        idx += c * e;
+    fn constant(&self, c: f64) -> Result<Fp, FieldError> {
+        Fp::from_f64(c).ok_or(FieldError::BadConstant(c))
     }
-    idx
+
+    fn count(&self, n: usize) -> Result<Fp, FieldError> {
+        Ok(Fp::from_u64(n as u64))
+    }
+
+    fn zero(&self) -> Fp {
+        Fp::ZERO
+    }
+
+    fn unary(&self, u: UnaryOp, v: Fp) -> Result<Fp, FieldError> {
+        Ok(match u {
+            UnaryOp::Exp => self.exp(v),
+            UnaryOp::Log => self.apply(Uninterpreted::Log, v),
+            UnaryOp::Sqrt => self.apply(Uninterpreted::Sqrt, v),
+            UnaryOp::Rsqrt => self.apply(Uninterpreted::Sqrt, v).inv()?,
+            UnaryOp::Square => v * v,
+            UnaryOp::Recip => v.inv()?,
+            UnaryOp::Silu => v * self.apply(Uninterpreted::Sigmoid, v),
+            UnaryOp::Sigmoid => self.apply(Uninterpreted::Sigmoid, v),
+            UnaryOp::Gelu => self.apply(Uninterpreted::Gelu, v),
+            UnaryOp::Neg => -v,
+        })
+    }
+
+    fn binary(&self, op: BinaryOp, a: Fp, c: Fp) -> Result<Fp, FieldError> {
+        Ok(match op {
+            BinaryOp::Add => a + c,
+            BinaryOp::Sub => a - c,
+            BinaryOp::Mul => a * c,
+            BinaryOp::Div => a.checked_div(c)?,
+            BinaryOp::Max => self.max(a, c),
+        })
+    }
+
+    fn mul_add(&self, acc: Fp, x: Fp, y: Fp) -> Fp {
+        acc + x * y
+    }
+
+    fn reduce_start(&self, _: ReduceOp) -> Option<Fp> {
+        // A max has no identity under a random order; sums start from their first term too.
+        None
+    }
 }
 
 /// Evaluates every node of `nodes` (an arena in topological order whose leaves are
@@ -84,156 +116,12 @@ pub fn eval_into(
     keys: &Keys,
     values: &mut Vec<FTensor>,
 ) -> Result<(), EvalError> {
-    values.clear();
-    for node in nodes {
-        let shape = bindings.extents(&node.shape);
-        let elems: usize = shape.iter().product();
-        if elems > MAX_ELEMS {
-            return Err(EvalError::TooLarge(elems));
-        }
-        let t = match node.op {
-            Op::Input(k) => inputs[k as usize].clone(),
-            Op::Const(c) => FTensor { shape, data: vec![Fp::from_f64(c).ok_or(EvalError::BadConstant(c))?] },
-            Op::Unary(u) => {
-                let x = &values[node.args[0].index()];
-                let data = x.data.iter().map(|&v| unary(u, v, keys)).collect::<Result<Vec<_>, _>>()?;
-                FTensor { shape, data }
-            }
-            Op::Binary(b) => {
-                let (x, y) = (&values[node.args[0].index()], &values[node.args[1].index()]);
-                let os = strides(&shape);
-                let (ex, ey) = (broadcast_map(&x.shape, &shape), broadcast_map(&y.shape, &shape));
-                let mut data = Vec::with_capacity(elems);
-                for i in 0..elems {
-                    let (a, c) = (x.data[index_of(i, &os, &ex)], y.data[index_of(i, &os, &ey)]);
-                    data.push(match b {
-                        BinaryOp::Add => a + c,
-                        BinaryOp::Sub => a - c,
-                        BinaryOp::Mul => a * c,
-                        BinaryOp::Div => a.checked_div(c)?,
-                        BinaryOp::Max => keys.max(a, c),
-                    });
-                }
-                FTensor { shape, data }
-            }
-            Op::Transpose => transpose(&values[node.args[0].index()]),
-            Op::MatMul => matmul(&values[node.args[0].index()], &values[node.args[1].index()], &shape),
-            Op::Reduce(r, axis) => reduce(&values[node.args[0].index()], r, axis as usize, keys)?,
-            Op::Split(axis) => split(&values[node.args[0].index()], axis as usize, &shape)?,
-        };
-        values.push(t);
-    }
-    Ok(())
-}
-
-fn unary(u: UnaryOp, v: Fp, keys: &Keys) -> Result<Fp, ZeroDivisor> {
-    Ok(match u {
-        UnaryOp::Exp => keys.exp(v),
-        UnaryOp::Log => keys.apply(Uninterpreted::Log, v),
-        UnaryOp::Sqrt => keys.apply(Uninterpreted::Sqrt, v),
-        UnaryOp::Rsqrt => keys.apply(Uninterpreted::Sqrt, v).inv()?,
-        UnaryOp::Square => v * v,
-        UnaryOp::Recip => v.inv()?,
-        UnaryOp::Silu => v * keys.apply(Uninterpreted::Sigmoid, v),
-        UnaryOp::Sigmoid => keys.apply(Uninterpreted::Sigmoid, v),
-        UnaryOp::Gelu => keys.apply(Uninterpreted::Gelu, v),
-        UnaryOp::Neg => -v,
-    })
-}
-
-fn transpose(x: &FTensor) -> FTensor {
-    let r = x.shape.len();
-    let mut shape = x.shape.clone();
-    shape.swap(r - 1, r - 2);
-    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
-    let batch: usize = x.shape[..r - 2].iter().product();
-    let mut data = vec![Fp::ZERO; x.data.len()];
-    for b in 0..batch {
-        for i in 0..rows {
-            for j in 0..cols {
-                data[b * rows * cols + j * rows + i] = x.data[b * rows * cols + i * cols + j];
-            }
-        }
-    }
-    FTensor { shape, data }
-}
-
-fn matmul(a: &FTensor, b: &FTensor, out: &[usize]) -> FTensor {
-    let r = out.len();
-    let (m, n) = (out[r - 2], out[r - 1]);
-    let k = a.shape[a.shape.len() - 1];
-    let batch = &out[..r - 2];
-    let nb: usize = batch.iter().product();
-    let bs = strides(batch);
-    let ea = broadcast_map(&a.shape[..a.shape.len() - 2], batch);
-    let eb = broadcast_map(&b.shape[..b.shape.len() - 2], batch);
-    let mut data = vec![Fp::ZERO; nb * m * n];
-    for bt in 0..nb {
-        let ao = index_of(bt, &bs, &ea) * m * k;
-        let bo = index_of(bt, &bs, &eb) * k * n;
-        // Row-major order over the right operand (i, p, j), so both operands stream.
-        for i in 0..m {
-            let row = &mut data[bt * m * n + i * n..bt * m * n + (i + 1) * n];
-            for p in 0..k {
-                let x = a.data[ao + i * k + p];
-                let brow = &b.data[bo + p * n..bo + (p + 1) * n];
-                for (c, &y) in row.iter_mut().zip(brow) {
-                    *c = *c + x * y;
-                }
-            }
-        }
-    }
-    FTensor { shape: out.to_vec(), data }
-}
-
-fn reduce(x: &FTensor, r: ReduceOp, axis: usize, keys: &Keys) -> Result<FTensor, ZeroDivisor> {
-    let outer: usize = x.shape[..axis].iter().product();
-    let len = x.shape[axis];
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut shape = x.shape.clone();
-    shape[axis] = 1;
-    let scale = match r {
-        ReduceOp::Mean => Some(Fp::from_u64(len as u64).inv()?),
-        _ => None,
-    };
-    let mut data = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for i in 0..inner {
-            let mut it = (0..len).map(|k| x.data[(o * len + k) * inner + i]);
-            let first = it.next().unwrap_or(Fp::ZERO);
-            let v = match r {
-                ReduceOp::Sum | ReduceOp::Mean => it.fold(first, |a, b| a + b),
-                ReduceOp::Max => it.fold(first, |a, b| keys.max(a, b)),
-            };
-            data.push(scale.map_or(v, |s| v * s));
-        }
-    }
-    Ok(FTensor { shape, data })
-}
-
-fn split(x: &FTensor, axis: usize, out: &[usize]) -> Result<FTensor, EvalError> {
-    let (count, chunk) = (out[0], out[axis + 1]);
-    let extent = x.shape[axis];
-    if count * chunk != extent {
-        return Err(EvalError::RaggedSplit);
-    }
-    let outer: usize = x.shape[..axis].iter().product();
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let mut data = Vec::with_capacity(x.data.len());
-    for j in 0..count {
-        for o in 0..outer {
-            for c in 0..chunk {
-                let src = (o * extent + j * chunk + c) * inner;
-                data.extend_from_slice(&x.data[src..src + inner]);
-            }
-        }
-    }
-    Ok(FTensor { shape: out.to_vec(), data })
+    eval::eval_into(keys, nodes, bindings, inputs, MAX_ELEMS, values)
 }
 
 /// Random inputs for the leaves `Op::Input(k)` of `nodes` at `bindings`.
 pub fn random_inputs(nodes: &[Node], n_inputs: usize, bindings: &Bindings, rng: &mut Rng) -> Vec<FTensor> {
-    let mut out = vec![FTensor::default(); n_inputs];
+    let mut out: Vec<FTensor> = vec![Dense::default(); n_inputs];
     for node in nodes {
         if let Op::Input(k) = node.op {
             let shape = bindings.extents(&node.shape);
@@ -332,11 +220,11 @@ impl Verifier {
                         found = Some((draw, inputs, outputs));
                         break;
                     }
-                    Err(EvalError::ZeroDivisor) => continue,
+                    Err(ZERO_DIVISOR) => continue,
                     Err(e) => return Err(e),
                 }
             }
-            let Some((draw, inputs, outputs)) = found else { return Err(EvalError::ZeroDivisor) };
+            let Some((draw, inputs, outputs)) = found else { return Err(ZERO_DIVISOR) };
             out.push(Trial { bindings, keys, seed: trial_seed, draw, inputs, outputs });
         }
         Ok(Verifier { target, target_outputs, n_inputs, trials: out })
@@ -368,7 +256,7 @@ impl Verifier {
                     Verdict::Different
                 };
             }
-            Err(EvalError::ZeroDivisor) => {}
+            Err(ZERO_DIVISOR) => {}
             Err(_) => return Verdict::Different,
         }
         // The stored draw divides by zero in the candidate: draw again, for both graphs.
@@ -386,7 +274,7 @@ impl Verifier {
                         .all(|(&o, &t)| outputs_agree(&scratch.values[o], &scratch.target_values[t]));
                     return if ok { Verdict::Equivalent } else { Verdict::Different };
                 }
-                Err(EvalError::ZeroDivisor) => continue,
+                Err(ZERO_DIVISOR) => continue,
                 Err(_) => return Verdict::Different,
             }
         }
