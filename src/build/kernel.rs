@@ -138,7 +138,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
     let name = &job.decl.name;
     let best = &compiled.ranked[0];
     let launch = &best.candidate.launch;
-    let plan = plan_data(launch, name)?;
+    let plan = plan_data(launch, name).map_err(|e| e.to_string())?;
     let cuda = cuda::emit_launch(launch, name);
     // Host entry points carry a hash of the source: kernels of the same name in two crates of
     // one binary then never clash at link time, and identical ones are identical code.

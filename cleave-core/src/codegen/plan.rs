@@ -86,25 +86,42 @@ pub struct PlanData {
     pub launches: Vec<LaunchData>,
 }
 
+/// Why a launch has no plan data.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum PlanDataError {
+    /// A dim a kernel needs that the plan does not pass (a split chunk, which kernels derive).
+    #[error("dim {0} is not passed to kernels")]
+    NotPassed(String),
+    /// More of something than the plan's fields can hold.
+    #[error("{what} {value} is more than the launch plan can hold")]
+    TooLarge {
+        /// What overflowed.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+}
+
 /// Derives the plan of a launch.
-pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, String> {
+pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataError> {
     let dims = launch.dims();
     let kept: Vec<DimVar> =
         dims.iter().filter(|(_, d)| !matches!(d.kind, DimKind::SplitChunk { .. })).map(|(v, _)| v).collect();
-    let index = |v: DimVar| -> Result<u16, String> {
-        kept.iter()
-            .position(|x| *x == v)
-            .map(|i| i as u16)
-            .ok_or_else(|| format!("dim {} is not passed to kernels", dims.get(v).name))
+    let index = |v: DimVar| -> Result<u16, PlanDataError> {
+        let i = kept.iter().position(|x| *x == v).ok_or_else(|| PlanDataError::NotPassed(dims.get(v).name.clone()))?;
+        u16::try_from(i).map_err(|_| PlanDataError::TooLarge { what: "dim index", value: i as u64 })
     };
-    let factor = |d: Dim| -> Result<FactorData, String> {
+    let small = |what: &'static str, i: usize| -> Result<u16, PlanDataError> {
+        u16::try_from(i).map_err(|_| PlanDataError::TooLarge { what, value: i as u64 })
+    };
+    let factor = |d: Dim| -> Result<FactorData, PlanDataError> {
         match d {
             Dim::One => Ok(FactorData::Const(1)),
             Dim::Var(v) if dims.get(v).dynamic => Ok(FactorData::Dim(index(v)?)),
             Dim::Var(v) => Ok(FactorData::Const(dims.get(v).value)),
         }
     };
-    let tensor = |name: &str, dtype: DType, shape: &[Dim]| -> Result<TensorData, String> {
+    let tensor = |name: &str, dtype: DType, shape: &[Dim]| -> Result<TensorData, PlanDataError> {
         let shape = shape.iter().map(|d| d.var().map(&index).transpose()).collect::<Result<_, _>>()?;
         Ok(TensorData { name: name.to_string(), dtype, shape })
     };
@@ -116,8 +133,8 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, String> {
     let workspaces = launch
         .workspaces
         .iter()
-        .map(|w| Ok((4u32, w.shape.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, String>>()?)))
-        .collect::<Result<_, String>>()?;
+        .map(|w| Ok((4u32, w.shape.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, _>>()?)))
+        .collect::<Result<_, PlanDataError>>()?;
     let mut launches = Vec::new();
     for k in &launch.kernels {
         let mut grid = Vec::new();
@@ -132,15 +149,16 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, String> {
         let mut params = Vec::new();
         for p in &k.params {
             params.push(match p.binding {
-                Binding::Input(i) => ParamData::Input(i as u16),
-                Binding::Output(i) => ParamData::Output(i as u16),
-                Binding::Workspace(i) => ParamData::Workspace(i as u16),
+                Binding::Input(i) => ParamData::Input(small("input index", i as usize)?),
+                Binding::Output(i) => ParamData::Output(small("output index", i as usize)?),
+                Binding::Workspace(i) => ParamData::Workspace(small("workspace index", i as usize)?),
             });
         }
         for d in &k.extents {
             params.push(ParamData::Extent(index(*d)?));
         }
-        let smem_bytes = u32::try_from(k.smem_bytes).map_err(|_| "shared memory over 4 GiB".to_string())?;
+        let smem_bytes = u32::try_from(k.smem_bytes)
+            .map_err(|_| PlanDataError::TooLarge { what: "dynamic shared memory", value: k.smem_bytes })?;
         launches.push(LaunchData { symbol: k.symbol.clone(), grid, threads: k.warps.threads(), smem_bytes, params });
     }
     let dims_out = kept

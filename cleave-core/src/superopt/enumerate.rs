@@ -46,7 +46,9 @@ use super::abstraction::Abstraction;
 use super::atoms::Atoms;
 use super::fingerprint::{Scratch, Verdict, Verifier};
 use super::vocab::Vocab;
-use crate::graph::{infer, squeeze_leading, BinaryOp, Dim, DimKind, DimTable, Node, NodeId, Op, Shape, UnaryOp};
+use crate::graph::{
+    infer, squeeze_leading, BinaryOp, Dim, DimKind, DimTable, Node, NodeId, Op, ReduceOp, Shape, UnaryOp,
+};
 
 /// Switches for each pruning rule (all on by default), for measuring their effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,39 +193,63 @@ pub struct FoundOps {
     pub outputs: Vec<u16>,
 }
 
-/// A hashable, ordered stand-in for a non-leaf [`Op`].
+/// A hashable, ordered stand-in for a non-leaf [`Op`] (an `Op` holds an `f64` constant, so it
+/// has no total order). The order of the variants is part of the canonical key: changing it
+/// changes the order in which graphs are found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpCode(pub u16);
-
-/// Encodes a non-leaf op (its kind and attributes) as a small integer; the order of codes is
-/// part of the canonical key.
-pub fn op_code(op: &Op) -> OpCode {
-    OpCode(match *op {
-        Op::Input(_) | Op::Const(_) => 0,
-        Op::Transpose => 1,
-        Op::Unary(u) => 10 + u as u16,
-        Op::Reduce(r, axis) => 100 + 40 * r as u16 + axis as u16,
-        Op::Split(axis) => 300 + axis as u16,
-        Op::MatMul => 400,
-        Op::Binary(b) => 401 + b as u16,
-    })
+pub enum OpCode {
+    /// Swap of the last two axes.
+    Transpose,
+    /// An elementwise op of one operand.
+    Unary(UnaryOp),
+    /// A reduction over an axis (below [`MAX_RANK`]).
+    Reduce(ReduceOp, u8),
+    /// A split of an axis (below [`MAX_RANK`]).
+    Split(u8),
+    /// A batched matrix product.
+    MatMul,
+    /// An elementwise op of two operands.
+    Binary(BinaryOp),
 }
 
-/// Decodes an [`OpCode`].
-pub fn decode(code: OpCode) -> Op {
-    use crate::graph::ReduceOp;
-    let c = code.0;
-    match c {
-        0 => unreachable!("leaves have no op code"),
-        1 => Op::Transpose,
-        10..=99 => Op::Unary(UnaryOp::ALL[(c - 10) as usize]),
-        100..=299 => {
-            let r = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean][((c - 100) / 40) as usize];
-            Op::Reduce(r, u32::from((c - 100) % 40))
+impl OpCode {
+    /// The code of a non-leaf op; `None` for inputs and constants.
+    pub fn of(op: &Op) -> Option<OpCode> {
+        Some(match *op {
+            Op::Input(_) | Op::Const(_) => return None,
+            Op::Transpose => OpCode::Transpose,
+            Op::Unary(u) => OpCode::Unary(u),
+            Op::Reduce(r, axis) => OpCode::Reduce(r, axis as u8),
+            Op::Split(axis) => OpCode::Split(axis as u8),
+            Op::MatMul => OpCode::MatMul,
+            Op::Binary(b) => OpCode::Binary(b),
+        })
+    }
+
+    /// The op it stands for.
+    pub fn op(self) -> Op {
+        match self {
+            OpCode::Transpose => Op::Transpose,
+            OpCode::Unary(u) => Op::Unary(u),
+            OpCode::Reduce(r, axis) => Op::Reduce(r, u32::from(axis)),
+            OpCode::Split(axis) => Op::Split(u32::from(axis)),
+            OpCode::MatMul => Op::MatMul,
+            OpCode::Binary(b) => Op::Binary(b),
         }
-        300..=399 => Op::Split(u32::from(c - 300)),
-        400 => Op::MatMul,
-        _ => Op::Binary(BinaryOp::ALL[(c - 401) as usize]),
+    }
+
+    /// The code's position in the order of codes, as a number small enough to pack into a
+    /// candidate key (below 2^16).
+    fn rank(self) -> u64 {
+        let (unary, reduce, rank) = (UnaryOp::ALL.len() as u64, 3, MAX_RANK as u64);
+        match self {
+            OpCode::Transpose => 1,
+            OpCode::Unary(u) => 2 + u as u64,
+            OpCode::Reduce(r, axis) => 2 + unary + r as u64 * rank + u64::from(axis),
+            OpCode::Split(axis) => 2 + unary + reduce * rank + u64::from(axis),
+            OpCode::MatMul => 2 + unary + (reduce + 1) * rank,
+            OpCode::Binary(b) => 3 + unary + (reduce + 1) * rank + b as u64,
+        }
     }
 }
 
@@ -231,12 +257,13 @@ pub fn decode(code: OpCode) -> Op {
 pub const MAX_RANK: usize = 40;
 
 fn key(max: usize, second: Option<usize>, code: OpCode, order: u8) -> u64 {
-    ((max as u64) << 40) | ((second.map_or(0, |s| s as u64 + 1)) << 24) | (u64::from(code.0) << 8) | u64::from(order)
+    ((max as u64) << 40) | ((second.map_or(0, |s| s as u64 + 1)) << 24) | (code.rank() << 8) | u64::from(order)
 }
 
 #[derive(Clone, Debug)]
 struct Tensor {
-    code: OpCode,
+    /// `None` for a leaf.
+    code: Option<OpCode>,
     args: [u16; 2],
     arity: u8,
     shape: Shape,
@@ -292,7 +319,7 @@ impl State {
             t.uses += 1;
         }
         self.ts.push(Tensor {
-            code: c.code,
+            code: Some(c.code),
             args: c.args,
             arity: c.arity,
             shape: c.shape.clone(),
@@ -301,7 +328,7 @@ impl State {
             must_use: true,
             foreign,
             dist,
-            view_of_leaf: matches!(decode(c.code), Op::Transpose | Op::Split(_))
+            view_of_leaf: matches!(c.code, OpCode::Transpose | OpCode::Split(_))
                 && self.ts[c.args[0] as usize].view_of_leaf,
         });
         self.open += 1;
@@ -389,7 +416,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             .leaves
             .iter()
             .map(|l| Tensor {
-                code: OpCode(0),
+                code: None,
                 args: [0; 2],
                 arity: 0,
                 shape: l.shape.clone(),
@@ -425,61 +452,59 @@ impl<'s, 'a> Worker<'s, 'a> {
             // Ops of one operand.
             let t = &st.ts[m];
             let rank = t.shape.len();
-            let mut unary_ops: Vec<Op> = Vec::new();
+            let mut unary_ops: Vec<OpCode> = Vec::new();
             let views = !sp.pruning.views_on_leaves || t.view_of_leaf;
             let transposes = views || sp.vocab.transpose_computed;
             if sp.vocab.transpose && transposes && rank >= 2 {
-                unary_ops.push(Op::Transpose);
+                unary_ops.push(OpCode::Transpose);
             }
-            unary_ops.extend(sp.vocab.unary.iter().map(|u| Op::Unary(*u)));
+            unary_ops.extend(sp.vocab.unary.iter().map(|u| OpCode::Unary(*u)));
             for (axis, d) in t.shape.iter().enumerate() {
                 let allowed = if sp.pruning.reducibility { sp.atoms.reducible(*d) } else { *d != Dim::One };
                 if !allowed {
                     continue;
                 }
-                unary_ops.extend(sp.vocab.reduce.iter().map(|r| Op::Reduce(*r, axis as u32)));
+                unary_ops.extend(sp.vocab.reduce.iter().map(|r| OpCode::Reduce(*r, axis as u8)));
                 // A split of a transpose is the transpose of a split of the untransposed axis;
                 // only the second form is generated.
-                let transposed = sp.pruning.views_on_leaves && t.code == op_code(&Op::Transpose);
+                let transposed = sp.pruning.views_on_leaves && t.code == Some(OpCode::Transpose);
                 if sp.vocab.split
                     && views
                     && !transposed
                     && matches!(d, Dim::Var(v) if self.table.get(*v).kind == DimKind::Plain)
                 {
-                    unary_ops.push(Op::Split(axis as u32));
+                    unary_ops.push(OpCode::Split(axis as u8));
                 }
             }
-            for op in unary_ops {
-                let code = op_code(&op);
+            for code in unary_ops {
                 let k = key(m, None, code, 0);
                 if k <= last {
                     continue;
                 }
-                self.consider(st, op, code, [m as u16, 0], 1, k, buf);
+                self.consider(st, code, [m as u16, 0], 1, k, buf);
             }
             // Ops of two operands, one of which is m (the larger index).
-            let mut binary_ops: Vec<(Op, bool)> = Vec::new();
+            let mut binary_ops: Vec<(OpCode, bool)> = Vec::new();
             if sp.vocab.matmul {
-                binary_ops.push((Op::MatMul, false));
+                binary_ops.push((OpCode::MatMul, false));
             }
-            binary_ops.extend(sp.vocab.binary.iter().map(|b| (Op::Binary(*b), b.is_commutative())));
+            binary_ops.extend(sp.vocab.binary.iter().map(|b| (OpCode::Binary(*b), b.is_commutative())));
             let square = sp.vocab.unary.contains(&UnaryOp::Square);
             for j in 0..=m {
-                for &(op, commutative) in &binary_ops {
+                for &(code, commutative) in &binary_ops {
                     // x * x is square(x) when the target squares: one form is enough.
-                    if square && j == m && op == Op::Binary(BinaryOp::Mul) && sp.pruning.duplicates {
+                    if square && j == m && code == OpCode::Binary(BinaryOp::Mul) && sp.pruning.duplicates {
                         continue;
                     }
-                    let code = op_code(&op);
                     // [j, m]: the larger index second (order 0); [m, j]: first (order 1).
                     let k0 = key(m, Some(j), code, 0);
                     if k0 > last {
-                        self.consider(st, op, code, [j as u16, m as u16], 2, k0, buf);
+                        self.consider(st, code, [j as u16, m as u16], 2, k0, buf);
                     }
                     if !commutative && j != m {
                         let k1 = key(m, Some(j), code, 1);
                         if k1 > last {
-                            self.consider(st, op, code, [m as u16, j as u16], 2, k1, buf);
+                            self.consider(st, code, [m as u16, j as u16], 2, k1, buf);
                         }
                     }
                 }
@@ -487,9 +512,9 @@ impl<'s, 'a> Worker<'s, 'a> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn consider(&mut self, st: &State, op: Op, code: OpCode, args: [u16; 2], arity: u8, key: u64, buf: &mut Vec<Cand>) {
+    fn consider(&mut self, st: &State, code: OpCode, args: [u16; 2], arity: u8, key: u64, buf: &mut Vec<Cand>) {
         let sp = self.space;
+        let op = code.op();
         let a = &st.ts[args[0] as usize];
         let b = &st.ts[args[arity as usize - 1] as usize];
         if op == Op::MatMul && (a.shape.len() < 2 || b.shape.len() < 2) {
@@ -523,7 +548,7 @@ impl<'s, 'a> Worker<'s, 'a> {
                 st.ts.iter().any(|t| t.class == class && t.shape == shape)
             } else {
                 // Without classes, only identical ops are known to be duplicates.
-                st.ts.iter().any(|t| t.code == code && t.arity == arity && t.args == args)
+                st.ts.iter().any(|t| t.code == Some(code) && t.arity == arity && t.args == args)
             };
             if dup {
                 self.out.counters.pruned_duplicate += 1;
@@ -598,7 +623,10 @@ impl<'s, 'a> Worker<'s, 'a> {
         self.out.counters.fingerprinted += 1;
         self.nodes.clear();
         for (i, t) in st.ts.iter().enumerate() {
-            let op = if i < sp.leaves.len() { sp.leaves[i].op } else { decode(t.code) };
+            let op = match t.code {
+                Some(code) => code.op(),
+                None => sp.leaves[i].op,
+            };
             let args = t.args[..t.arity as usize].iter().map(|&a| NodeId(u32::from(a))).collect();
             self.nodes.push(Node { op, args, shape: t.shape.clone() });
         }
@@ -612,7 +640,8 @@ impl<'s, 'a> Worker<'s, 'a> {
 
     fn record(&mut self, st: &State, outputs: Vec<u16>) {
         let n_leaves = self.space.leaves.len();
-        let ops = st.ts[n_leaves..].iter().map(|t| (t.code, t.args[..t.arity as usize].to_vec())).collect();
+        let ops =
+            st.ts[n_leaves..].iter().filter_map(|t| Some((t.code?, t.args[..t.arity as usize].to_vec()))).collect();
         self.out.found.push((self.out.states, FoundOps { ops, outputs }));
     }
 
@@ -770,4 +799,39 @@ pub fn search(space: &Space<'_>, max_states: u64, deadline: Instant) -> Outcome 
     found.dedup();
     counters.repeated = (before - found.len()) as u64;
     Outcome { found, states, stop: stop_reason, counters }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_code() -> Vec<OpCode> {
+        let mut codes = vec![OpCode::Transpose, OpCode::MatMul];
+        codes.extend(UnaryOp::ALL.map(OpCode::Unary));
+        codes.extend(BinaryOp::ALL.map(OpCode::Binary));
+        for axis in 0..MAX_RANK as u8 {
+            codes.extend([ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean].map(|r| OpCode::Reduce(r, axis)));
+            codes.push(OpCode::Split(axis));
+        }
+        codes.sort();
+        codes
+    }
+
+    #[test]
+    fn ranks_follow_the_order_of_codes_and_fit_a_key() {
+        let codes = every_code();
+        for w in codes.windows(2) {
+            assert!(w[0].rank() < w[1].rank(), "{:?} {:?}", w[0], w[1]);
+        }
+        assert!(codes.iter().all(|c| c.rank() > 0 && c.rank() < 1 << 16));
+    }
+
+    #[test]
+    fn codes_round_trip_through_ops() {
+        for c in every_code() {
+            assert_eq!(OpCode::of(&c.op()), Some(c));
+        }
+        assert_eq!(OpCode::of(&Op::Input(0)), None);
+        assert_eq!(OpCode::of(&Op::Const(2.0)), None);
+    }
 }

@@ -29,7 +29,7 @@ use rayon::prelude::*;
 pub use abstraction::{Abstraction, EGraphLimits, EGraphStats};
 pub use atoms::{AtomMask, Atoms, MAX_ATOMS};
 pub use enumerate::{Counters, Pruning, StopReason};
-pub use recover::{recover, replay, ConcreteCandidate, RecoverOptions, Recovered, SplitValue};
+pub use recover::{recover, replay, ConcreteCandidate, RecoverError, RecoverOptions, Recovered, SplitValue};
 pub use report::{explain_text, summary_text, to_json};
 pub use term::{AtomSet, Leaf, Term};
 pub use verify::{
@@ -39,7 +39,7 @@ pub use vocab::Vocab;
 
 use crate::graph::{validate, Dim, DimKind, Graph, NodeId, Op, ValidGraph};
 use crate::symbolic::{symbolize, Symbolized};
-use enumerate::{decode, FoundOps, LeafSpec, Space};
+use enumerate::{FoundOps, LeafSpec, Space};
 use fingerprint::Verifier;
 
 /// Options of a search. The defaults are what `cleave search` uses.
@@ -255,7 +255,7 @@ fn build(target: &ValidGraph, leaves: &[LeafSpec], f: &FoundOps) -> ValidGraph {
     }
     for (code, args) in &f.ops {
         let args: Vec<NodeId> = args.iter().map(|&a| ids[a as usize].expect("operands exist")).collect();
-        let id = g.add(decode(*code), &args).expect("the search only keeps well-shaped ops");
+        let id = g.add(code.op(), &args).expect("the search only keeps well-shaped ops");
         ids.push(Some(id));
     }
     for (o, &t) in target.outputs.iter().zip(&f.outputs) {
@@ -383,7 +383,7 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
             _ => false,
         })
         .collect();
-    let checked: Vec<(ValidGraph, FinalChecks, Result<Recovered, String>)> = graphs
+    let checked: Vec<(ValidGraph, FinalChecks, Result<Recovered, RecoverError>)> = graphs
         .into_par_iter()
         .zip(within)
         .map(|(g, within)| {

@@ -11,7 +11,42 @@
 //!   that averages over a split part (`mean` over `s_K` or `K/s_K`) would be wrong on a ragged
 //!   split, so it gets no predicated candidates.
 
-use crate::graph::{validate, DimKind, DimVar, Graph, NodeId, Op, ReduceOp, ValidGraph};
+use crate::graph::{validate, DimKind, DimVar, Graph, NodeId, Op, ReduceOp, ValidGraph, ValidationError};
+
+/// Why a found graph does not map back to the declared dims (a search bug if it ever happens:
+/// every symbol stands for exactly one declared dim).
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum RecoverError {
+    /// An op of the found graph has no valid shape over the declared dims.
+    #[error("node %{node}: {message}")]
+    Shape {
+        /// The node of the found graph.
+        node: u32,
+        /// The shape rule's message.
+        message: String,
+    },
+    /// The replay has a different number of nodes.
+    #[error("the replay has {replayed} nodes, the found graph {found}")]
+    NodeCount {
+        /// Nodes of the found graph.
+        found: usize,
+        /// Nodes of the replay.
+        replayed: usize,
+    },
+    /// An axis whose symbol does not stand for the declared dim it replays to.
+    #[error("node %{node}: {found} does not map to {replayed}")]
+    Origin {
+        /// The node.
+        node: usize,
+        /// Its shape over the symbols.
+        found: String,
+        /// Its shape over the declared dims.
+        replayed: String,
+    },
+    /// A concrete candidate that fails validation.
+    #[error("{0}")]
+    Invalid(#[from] ValidationError),
+}
 
 /// How split counts are enumerated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +100,7 @@ pub struct Recovered {
 
 /// Replays the found graph's ops on the concrete target's inputs: the concrete graph with
 /// split counts still unset.
-pub fn replay(concrete: &ValidGraph, found: &Graph) -> Result<Graph, String> {
+pub fn replay(concrete: &ValidGraph, found: &Graph) -> Result<Graph, RecoverError> {
     let mut g = Graph::new(concrete.name.clone(), concrete.dims.clone());
     let mut map: Vec<NodeId> = Vec::with_capacity(found.nodes.len());
     let input_nodes: Vec<NodeId> = concrete.inputs.iter().map(|i| g.add_input(i.decl.clone())).collect();
@@ -76,7 +111,7 @@ pub fn replay(concrete: &ValidGraph, found: &Graph) -> Result<Graph, String> {
             Op::Const(c) => g.constant(c),
             op => {
                 let args: Vec<NodeId> = node.args.iter().map(|a| map[a.index()]).collect();
-                g.add(op, &args).map_err(|e| format!("node %{}: {}", id.0, e.message(&g.dims)))?
+                g.add(op, &args).map_err(|e| RecoverError::Shape { node: id.0, message: e.message(&g.dims) })?
             }
         };
         map.push(new);
@@ -105,11 +140,11 @@ fn averages_split_part(g: &Graph, of: DimVar) -> bool {
 /// Checks that every axis of the replayed graph is the declared dim its symbol came from
 /// (`origin`, by symbol index), and every split variable splits the origin of the symbol the
 /// found graph split.
-fn check_origins(found: &Graph, replayed: &Graph, origin: &[DimVar]) -> Result<(), String> {
+fn check_origins(found: &Graph, replayed: &Graph, origin: &[DimVar]) -> Result<(), RecoverError> {
     // The replay adds no nodes of its own (constants are shared by value, as in the found
     // graph), so nodes correspond one to one.
     if found.nodes.len() != replayed.nodes.len() {
-        return Err("the replay has a different number of nodes".into());
+        return Err(RecoverError::NodeCount { found: found.nodes.len(), replayed: replayed.nodes.len() });
     }
     let declared = |d: DimVar| -> Option<DimVar> {
         match found.dims.get(d).kind {
@@ -132,11 +167,11 @@ fn check_origins(found: &Graph, replayed: &Graph, origin: &[DimVar]) -> Result<(
                 _ => false,
             };
             if !ok || a.shape.len() != b.shape.len() {
-                return Err(format!(
-                    "node %{i}: {} does not map to {}",
-                    found.dims.show(&a.shape),
-                    replayed.dims.show(&b.shape)
-                ));
+                return Err(RecoverError::Origin {
+                    node: i,
+                    found: found.dims.show(&a.shape),
+                    replayed: replayed.dims.show(&b.shape),
+                });
             }
         }
     }
@@ -152,7 +187,7 @@ pub fn recover(
     origin: &[DimVar],
     found: &Graph,
     opts: &RecoverOptions,
-) -> Result<Recovered, String> {
+) -> Result<Recovered, RecoverError> {
     let base = replay(concrete, found)?;
     check_origins(found, &base, origin)?;
     let counts: Vec<(DimVar, DimVar)> = base
@@ -218,7 +253,7 @@ pub fn recover(
             }
             splits.push(SplitValue { count, of, name, value: s, predicated });
         }
-        let graph = validate(g).map_err(|e| e.to_string())?;
+        let graph = validate(g)?;
         candidates.push(ConcreteCandidate { graph, splits });
         // Next combination (odometer order, last variable fastest).
         let mut pos = choices.len();
