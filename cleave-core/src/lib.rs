@@ -4,7 +4,8 @@
 //! out.
 //!
 //! ```text
-//! front (yaml | tokens) ─► graph ─► symbolic ─► superopt ─► schedule ─► codegen
+//! front (yaml | tokens) ─► graph ─► symbolic ─► superopt ─► schedule ─► plan ─► codegen
+//!                                               └──────── pipeline (Alg. 1) ────────┘
 //! ```
 //!
 //! ## Semantics of the IR
@@ -22,18 +23,20 @@
 //! specification, and every later stage must agree with it. Inputs and outputs have a storage
 //! dtype; everything in between is computed with f32 accumulation.
 
-// In pipeline order: each module uses only those listed before it (tests/tidy.rs checks it).
-pub mod arch;
-pub mod codegen;
-pub mod eval;
-pub mod front;
-pub mod graph;
+// In pipeline order: each module uses only the ones declared before it (tests/tidy.rs checks
+// it). The first six are the vocabulary every stage shares; the stages follow; `pipeline`,
+// which sequences them, comes last.
 pub mod hash;
+pub mod graph;
 pub mod index;
-pub mod pipeline;
-pub mod plan;
+pub mod arch;
+pub mod eval;
 pub mod reference;
-pub mod schedule;
-pub mod superopt;
+pub mod front;
 pub mod symbolic;
+pub mod superopt;
+pub mod schedule;
+pub mod plan;
+pub mod codegen;
 pub mod toolchain;
+pub mod pipeline;
