@@ -15,6 +15,7 @@
 
 use std::fmt::Write;
 
+use super::ident;
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{Buf, BufId, BufKind, Expr, MmaA, Param, ParamId, ShowKernel, Src, Stmt, TileKernel};
@@ -88,11 +89,6 @@ fn ctype(d: DType) -> &'static str {
         DType::BF16 => "cleave::bf16",
         DType::F32 => "float",
     }
-}
-
-/// A C identifier for a dim name (`l/s_l` becomes `l_over_s_l`).
-fn ident(s: &str) -> String {
-    s.replace('/', "_over_").chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }
 
 fn flit(x: f64) -> String {
@@ -286,12 +282,10 @@ impl Gen<'_> {
             }
             Expr::Binary(op, a, b) => {
                 let (x, y) = (self.expr(a), self.expr(b));
-                match op {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("cleave_div({x}, {y})"),
-                    BinaryOp::Max => format!("fmaxf({x}, {y})"),
+                match (op, op.symbol()) {
+                    (BinaryOp::Div, _) => format!("cleave_div({x}, {y})"),
+                    (_, Some(infix)) => format!("({x} {infix} {y})"),
+                    (_, None) => format!("fmaxf({x}, {y})"),
                 }
             }
             Expr::ExpDiff(a, b) => format!("cleave_exp_diff({}, {})", self.expr(a), self.expr(b)),

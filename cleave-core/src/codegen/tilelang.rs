@@ -9,7 +9,8 @@
 
 use std::fmt::Write;
 
-use crate::graph::{BinaryOp, DType, DimKind, DimTable, DimVar, ReduceOp, UnaryOp};
+use super::ident;
+use crate::graph::{DType, DimKind, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterNames, Limit, TMap};
 use crate::plan::program::{BufId, BufKind, Expr, MmaA, Src, Stmt, TileKernel};
 use crate::plan::Launch;
@@ -20,10 +21,6 @@ fn ty(d: DType) -> &'static str {
         DType::BF16 => "bfloat16",
         DType::F32 => "float32",
     }
-}
-
-fn ident(s: &str) -> String {
-    s.replace('/', "_over_").chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }
 
 fn flit(x: f64) -> String {
@@ -168,12 +165,9 @@ impl Py<'_> {
             }
             Expr::Binary(op, a, b) => {
                 let (x, y) = (self.expr(a), self.expr(b));
-                match op {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("({x} / {y})"),
-                    BinaryOp::Max => format!("T.max({x}, {y})"),
+                match op.symbol() {
+                    Some(infix) => format!("({x} {infix} {y})"),
+                    None => format!("T.max({x}, {y})"),
                 }
             }
             Expr::ExpDiff(a, b) => {

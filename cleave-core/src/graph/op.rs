@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use num_traits::Float;
+
 /// Elementwise operations of one operand.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum UnaryOp {
@@ -130,18 +132,24 @@ impl UnaryOp {
         UnaryOp::ALL.into_iter().find(|u| u.name() == s && *u != UnaryOp::Neg)
     }
 
-    /// Evaluates the op in f64 (the reference semantics).
-    pub fn eval(self, x: f64) -> f64 {
+    /// Evaluates the op in a float type: f64 for the reference semantics, f32 for the tile
+    /// interpreter, which computes as the kernels do. `gelu` is evaluated in f64 either way (f32
+    /// has no `erf`) and rounded.
+    pub fn eval<F: Float>(self, x: F) -> F {
+        let one = F::one();
         match self {
             UnaryOp::Exp => x.exp(),
             UnaryOp::Log => x.ln(),
             UnaryOp::Sqrt => x.sqrt(),
-            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Rsqrt => one / x.sqrt(),
             UnaryOp::Square => x * x,
-            UnaryOp::Recip => 1.0 / x,
-            UnaryOp::Silu => x / (1.0 + (-x).exp()),
-            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::Recip => one / x,
+            UnaryOp::Silu => x / (one + (-x).exp()),
+            UnaryOp::Sigmoid => one / (one + (-x).exp()),
+            UnaryOp::Gelu => {
+                let x = x.to_f64().unwrap_or(f64::NAN);
+                F::from(0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))).unwrap_or_else(F::nan)
+            }
             UnaryOp::Neg => -x,
         }
     }
@@ -178,8 +186,8 @@ impl BinaryOp {
         matches!(self, BinaryOp::Add | BinaryOp::Mul | BinaryOp::Max)
     }
 
-    /// Evaluates the op in f64.
-    pub fn eval(self, a: f64, b: f64) -> f64 {
+    /// Evaluates the op in a float type (f64 for the reference, f32 for the tile interpreter).
+    pub fn eval<F: Float>(self, a: F, b: F) -> F {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::launch::Launch;
 use super::program::{Binding, BufKind, Expr, MmaA, Param, Src, Stmt, TileKernel};
-use crate::graph::{BinaryOp, Bindings, DType, Dim, DimVar, ReduceOp, UnaryOp};
+use crate::graph::{Bindings, DType, Dim, DimVar, ReduceOp};
 use crate::index::{IterId, Limit, TMap};
 use crate::reference::{strides, Rng, Tensor};
 
@@ -219,31 +219,8 @@ impl Block<'_> {
                 }
                 self.regs[bi][(r * cols + c) as usize]
             }
-            Expr::Unary(u, a) => {
-                let x = self.eval(a, row, col);
-                match u {
-                    UnaryOp::Exp => x.exp(),
-                    UnaryOp::Log => x.ln(),
-                    UnaryOp::Sqrt => x.sqrt(),
-                    UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-                    UnaryOp::Square => x * x,
-                    UnaryOp::Recip => 1.0 / x,
-                    UnaryOp::Silu => x / (1.0 + (-x).exp()),
-                    UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-                    UnaryOp::Gelu => UnaryOp::Gelu.eval(f64::from(x)) as f32,
-                    UnaryOp::Neg => -x,
-                }
-            }
-            Expr::Binary(op, a, b) => {
-                let (x, y) = (self.eval(a, row, col), self.eval(b, row, col));
-                match op {
-                    BinaryOp::Add => x + y,
-                    BinaryOp::Sub => x - y,
-                    BinaryOp::Mul => x * y,
-                    BinaryOp::Div => x / y,
-                    BinaryOp::Max => x.max(y),
-                }
-            }
+            Expr::Unary(u, a) => u.eval(self.eval(a, row, col)),
+            Expr::Binary(op, a, b) => op.eval(self.eval(a, row, col), self.eval(b, row, col)),
             Expr::ExpDiff(a, b) => {
                 let x = self.eval(a, row, col);
                 if x == f32::NEG_INFINITY {

@@ -152,7 +152,7 @@ mod tests {
     use crate::graph::{ReduceOp, ValidGraph};
     use crate::schedule::{configs, schedule, ItNode};
 
-    /// A kernel `k` with output `y: f32[m, 1]`; `body` holds one statement per line.
+    /// A kernel with output `y: f32[m, 1]`; `body` holds one statement per line.
     fn graph(dims: &str, inputs: &str, body: &str) -> ValidGraph {
         let body: String = body.lines().map(|l| format!("      {l}\n")).collect();
         let src = format!(
@@ -162,52 +162,58 @@ mod tests {
         module.kernels.remove(0).1
     }
 
-    /// The graph scheduled with its reductions iterated in tiles smaller than the axis: the
-    /// top level and the loop level below it.
-    fn looped(g: &ValidGraph) -> (ItGraph, ItGraph) {
-        for cfg in configs(g) {
-            let Ok(top) = schedule(g, &cfg) else { continue };
+    /// The graph and the loop level of its reductions, under the first configuration that
+    /// iterates them in tiles smaller than their axis.
+    fn loop_level(dims: &str, inputs: &str, body: &str) -> (ValidGraph, ItGraph) {
+        let g = graph(dims, inputs, body);
+        for cfg in configs(&g) {
+            let Ok(top) = schedule(&g, &cfg) else { continue };
             let inner = top.nodes.iter().find_map(|n| match n {
                 ItNode::Inner(i) => Some(i.as_ref().clone()),
                 ItNode::Op(_) => None,
             });
             if let Some(inner) = inner {
-                return (top, inner);
+                return (g, inner);
             }
         }
         panic!("no configuration puts a loop in {}", g.listing())
+    }
+
+    /// The graph and its top level under its first configuration, which has no loop.
+    fn top_level(dims: &str, inputs: &str, body: &str) -> (ValidGraph, ItGraph) {
+        let g = graph(dims, inputs, body);
+        let top = schedule(&g, &configs(&g).remove(0)).expect("schedules");
+        assert!(top.inners().next().is_none(), "the reductions fit one tile");
+        (g, top)
     }
 
     fn node(g: &Graph, pred: impl Fn(&Op) -> bool) -> NodeId {
         g.ids().find(|id| pred(&g.node(*id).op)).expect("the node exists")
     }
 
+    fn is_sum(op: &Op) -> bool {
+        matches!(op, Op::Reduce(ReduceOp::Sum, _))
+    }
+
     #[test]
     fn an_exp_feeding_a_row_sum_and_a_product_gets_one_running_max_over_both() {
-        let g = graph(
+        let (g, inner) = loop_level(
             "{ m: 64, l: 512, d: 64 }",
             "{ s: \"f32[m, l]\", v: \"f16[l, d]\", w: \"f16[d, 1]\" }",
             "e = exp(s)\ny = matmul(matmul(e, v) / sum(e, axis=-1), w)",
         );
-        let (_, inner) = looped(&g);
         let stab = analyze(&g, &inner, &BTreeMap::new()).expect("stabilizable");
-        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
-        let st = &stab[&exp];
+        let st = &stab[&node(&g, |op| *op == Op::Unary(UnaryOp::Exp))];
         let mut accs = st.accumulators.clone();
         accs.sort();
-        let mm = node(&g, |op| *op == Op::MatMul);
-        let sum = node(&g, |op| matches!(op, Op::Reduce(ReduceOp::Sum, _)));
-        assert_eq!(accs, vec![mm, sum], "both accumulators are rescaled");
+        assert_eq!(accs, vec![node(&g, |op| *op == Op::MatMul), node(&g, is_sum)], "both are rescaled");
         assert_eq!(st.shares_max_with, None);
         assert_eq!(stab.len(), 1, "only the exp is a source: {stab:?}");
     }
 
     #[test]
     fn an_exp_reduced_within_one_tile_gets_a_one_shot_max() {
-        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = log(sum(exp(s), axis=-1))");
-        let cfg = configs(&g).into_iter().next().expect("a configuration");
-        let top = schedule(&g, &cfg).expect("schedules");
-        assert!(top.inners().next().is_none(), "l = 64 fits one tile");
+        let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = log(sum(exp(s), axis=-1))");
         let stab = analyze(&g, &top, &BTreeMap::new()).expect("stabilizable");
         let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
         assert_eq!(stab[&exp], Stabilized { accumulators: Vec::new(), shares_max_with: None });
@@ -215,55 +221,48 @@ mod tests {
 
     #[test]
     fn an_exp_reduced_once_linearly_and_once_squared_is_refused() {
-        let g = graph(
+        let (g, inner) = loop_level(
             "{ m: 64, l: 512 }",
             "{ s: \"f32[m, l]\" }",
             "e = exp(s)\ny = sum(e, axis=-1) + sum(square(e), axis=-1)",
         );
-        let (_, inner) = looped(&g);
-        let squared = g.ids().filter(|id| matches!(g.node(*id).op, Op::Reduce(ReduceOp::Sum, _))).last();
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(squared.expect("sums"))));
+        let squared = g.ids().filter(|id| is_sum(&g.node(*id).op)).last().expect("sums");
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(squared)));
     }
 
     #[test]
     fn an_exp_reaching_a_product_as_its_right_operand_is_refused() {
         // The running max is per row of a product's left operand; the right one has none.
-        let g = graph(
+        let (g, inner) = loop_level(
             "{ m: 64, l: 512 }",
             "{ s: \"f16[m, l]\", x: \"f32[m, l]\" }",
             "e = exp(x)\ny = sum(e, axis=-1) + sum(matmul(s, transpose(e)), axis=-1)",
         );
-        let (_, inner) = looped(&g);
         let mm = node(&g, |op| *op == Op::MatMul);
         assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(mm)));
     }
 
     #[test]
     fn an_exp_that_feeds_no_reduction_is_left_alone() {
-        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = sum(s, axis=-1) * 2.0");
-        let cfg = configs(&g).into_iter().next().expect("a configuration");
-        let top = schedule(&g, &cfg).expect("schedules");
-        assert!(analyze(&g, &top, &BTreeMap::new()).expect("no sources").is_empty());
-        let g = graph("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = exp(sum(s, axis=-1))");
-        let top = schedule(&g, &configs(&g).remove(0)).expect("schedules");
-        assert!(analyze(&g, &top, &BTreeMap::new()).expect("an exp after the sum").is_empty());
+        for body in ["y = sum(s, axis=-1) * 2.0", "y = exp(sum(s, axis=-1))"] {
+            let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", body);
+            assert_eq!(analyze(&g, &top, &BTreeMap::new()), Ok(BTreeMap::new()), "{body}");
+        }
     }
 
     #[test]
     fn scaled_partials_sharing_a_max_share_one_running_max() {
         // Two partial sums of one split, both stored against the same running max.
-        let g = graph(
+        let (g, inner) = loop_level(
             "{ m: 64, p: 8 }",
             "{ a: \"f32[p, m, 1]\", b: \"f32[p, m, 1]\" }",
             "y = sum(a, axis=0) / sum(b, axis=0)",
         );
-        let (_, inner) = looped(&g);
         let max = Binding::Workspace(9);
         let scaled: BTreeMap<usize, Binding> = [(0, max), (1, max)].into_iter().collect();
         let stab = analyze(&g, &inner, &scaled).expect("stabilizable");
-        let a = node(&g, |op| *op == Op::Input(0));
-        let b = node(&g, |op| *op == Op::Input(1));
-        assert_eq!(stab[&b].shares_max_with, Some(a), "{stab:?}");
-        assert!(stab[&b].accumulators.is_empty());
+        let (a, b) = (node(&g, |op| *op == Op::Input(0)), node(&g, |op| *op == Op::Input(1)));
+        assert_eq!(stab[&b], Stabilized { accumulators: Vec::new(), shares_max_with: Some(a) }, "{stab:?}");
+        assert!(!stab[&a].accumulators.is_empty(), "the first partial's max rescales both sums");
     }
 }
