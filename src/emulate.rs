@@ -11,7 +11,7 @@ use cleave_core::codegen::{cuda, headers};
 use cleave_core::graph::{Bindings, DType};
 use cleave_core::plan::Launch;
 use cleave_core::reference::Tensor;
-use cleave_runtime::host::EmuFn;
+use cleave_runtime::host::{EmuFn, EmuOptions};
 use cleave_runtime::{Axis, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, TensorSpec, WorkspaceSpec};
 
 /// A compiled host-emulation library of one launch.
@@ -40,7 +40,13 @@ fn cxx() -> String {
 
 /// Compiles the emulation library for a launch (or reuses the cached one).
 pub fn compile(launch: &Launch, plan: &PlanData) -> Result<HostLibrary, String> {
-    let source = cuda::emit_launch(launch, &plan.kernel);
+    compile_source(&cuda::emit_launch(launch, &plan.kernel), plan)
+}
+
+/// Compiles CUDA source that implements `plan` (what `cleave emit --target cuda` writes, edited
+/// or not) for the emulator, or reuses the cached library of the same source. The source is
+/// compiled against the emulation headers of this build.
+pub fn compile_source(source: &str, plan: &PlanData) -> Result<HostLibrary, String> {
     let compiler = cxx();
     let key = cleave_core::hash::hex(&[source.as_bytes(), headers::fingerprint().as_bytes(), compiler.as_bytes()]);
     let dir = cache_dir().join("emu");
@@ -50,7 +56,7 @@ pub fn compile(launch: &Launch, plan: &PlanData) -> Result<HostLibrary, String> 
         let inc = dir.join(format!("include-{}", headers::fingerprint()));
         headers::write_to(&inc).map_err(|e| format!("{}: {e}", inc.display()))?;
         let src_path = dir.join(format!("{}-{key}.cpp", plan.kernel));
-        std::fs::write(&src_path, &source).map_err(|e| format!("{}: {e}", src_path.display()))?;
+        std::fs::write(&src_path, source).map_err(|e| format!("{}: {e}", src_path.display()))?;
         let tmp = dir.join(format!("{}-{key}.so.{}", plan.kernel, std::process::id()));
         let out = Command::new(&compiler)
             .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DCLEAVE_EMULATE", "-w"])
@@ -150,6 +156,39 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
     }))
 }
 
+/// A byte buffer whose start is 16-byte aligned, as device allocations are: kernels copy
+/// through 16-byte vector accesses and cp.async.
+struct Aligned {
+    chunks: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(bytes: &[u8]) -> Aligned {
+        let chunks = bytes
+            .chunks(16)
+            .map(|b| {
+                let mut v = [0u8; 16];
+                v[..b.len()].copy_from_slice(b);
+                u128::from_ne_bytes(v)
+            })
+            .collect();
+        Aligned { chunks, len: bytes.len() }
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.chunks.as_ptr().cast()
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.chunks.as_mut_ptr().cast()
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.chunks.iter().flat_map(|c| c.to_ne_bytes()).take(self.len).collect()
+    }
+}
+
 fn to_bytes(dtype: DType, data: &[f64]) -> Vec<u8> {
     match dtype {
         DType::F16 => data.iter().flat_map(|x| half::f16::from_f64(*x).to_bits().to_le_bytes()).collect(),
@@ -177,13 +216,26 @@ impl HostLibrary {
     }
 
     /// Runs the launch on inputs (graph input order) at the given extents (one per dim of the
-    /// launch's table; split chunks are derived). Returns the outputs.
+    /// launch's table; split chunks are derived), with the emulator's options from the
+    /// environment. Returns the outputs.
     pub fn run(
         &self,
         launch: &Launch,
         bindings: &Bindings,
         inputs: &[Tensor],
         seed: u64,
+    ) -> Result<Vec<Tensor>, String> {
+        self.run_with(launch, bindings, inputs, seed, &EmuOptions::from_env()?)
+    }
+
+    /// Like [`HostLibrary::run`], with the emulator's checks and schedule given.
+    pub fn run_with(
+        &self,
+        launch: &Launch,
+        bindings: &Bindings,
+        inputs: &[Tensor],
+        seed: u64,
+        options: &EmuOptions,
     ) -> Result<Vec<Tensor>, String> {
         let g = &launch.graph;
         let mut fns: Vec<EmuFn> = Vec::new();
@@ -202,28 +254,27 @@ impl HostLibrary {
             .filter(|(_, d)| !matches!(d.kind, cleave_core::graph::DimKind::SplitChunk { .. }))
             .map(|(v, _)| bindings.values[v.index()])
             .collect();
-        let in_bytes: Vec<Vec<u8>> =
-            inputs.iter().zip(&g.inputs).map(|(t, i)| to_bytes(i.decl.dtype, &t.data)).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g
+        let in_bytes: Vec<Aligned> =
+            inputs.iter().zip(&g.inputs).map(|(t, i)| Aligned::new(&to_bytes(i.decl.dtype, &t.data))).collect();
+        let mut out_bytes: Vec<Aligned> = g
             .outputs
             .iter()
             .map(|o| {
                 let n: usize = bindings.extents(&o.decl.shape).iter().product();
-                vec![0xFFu8; n * o.decl.dtype.size() as usize]
+                Aligned::new(&vec![0xFFu8; n * o.decl.dtype.size() as usize])
             })
             .collect();
         let in_ptrs: Vec<*const u8> = in_bytes.iter().map(|b| b.as_ptr()).collect();
         let out_ptrs: Vec<*mut u8> = out_bytes.iter_mut().map(|b| b.as_mut_ptr()).collect();
         // SAFETY: the buffers have exactly the element counts the plan's shapes give for these
-        // extents (built from the same graph), outputs do not overlap inputs, and `fns` are the
-        // plan's launches in order. Byte vectors are at least 1-aligned; the emulator copies
-        // elements with unaligned reads, as its header documents.
-        unsafe { cleave_runtime::host::execute(self.plan, &fns, &extents, &in_ptrs, &out_ptrs, seed) }
+        // extents (built from the same graph), are 16-byte aligned, outputs do not overlap
+        // inputs, and `fns` are the plan's launches in order.
+        unsafe { cleave_runtime::host::execute_with(self.plan, &fns, &extents, &in_ptrs, &out_ptrs, seed, options) }
             .map_err(|e| e.to_string())?;
         Ok(g.outputs
             .iter()
-            .zip(out_bytes)
-            .map(|(o, b)| Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &b) })
+            .zip(&out_bytes)
+            .map(|(o, b)| Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &b.bytes()) })
             .collect())
     }
 }

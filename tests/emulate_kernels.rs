@@ -1,6 +1,8 @@
 //! `cleave run --backend emulate` on every kernel of `kernels.yaml`: the generated CUDA, compiled
 //! for the host emulator, matches the f64 reference on fresh random inputs at extents that are
-//! not multiples of any tile size; attention kernels get scores of magnitude up to about ±500.
+//! not multiples of any tile size, and runs clean under the race, hazard and bounds checks;
+//! attention kernels get scores of magnitude up to about ±500. The kernels take turns at the
+//! emulator's three thread schedules.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -26,13 +28,14 @@ fn every_declared_kernel_passes_on_the_emulator() {
     let module = cleave_core::front::check_source(&text).expect("kernels.yaml checks");
     let names: Vec<String> = module.kernels.iter().map(|(d, _)| d.name.clone()).collect();
     assert_eq!(names.len(), 20);
-    let queue = Mutex::new(names.clone());
+    let schedules = ["round-robin", "random", "run-ahead"];
+    let queue = Mutex::new(names.iter().cloned().enumerate().collect::<Vec<_>>());
     let results = Mutex::new(Vec::new());
     // Two kernels at a time: each run compiles a C++ library and runs a multi-threaded emulator.
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| loop {
-                let Some(name) = queue.lock().expect("queue").pop() else { break };
+                let Some((i, name)) = queue.lock().expect("queue").pop() else { break };
                 let out = Command::new(env!("CARGO_BIN_EXE_cleave"))
                     .args([
                         "run",
@@ -45,6 +48,10 @@ fn every_declared_kernel_passes_on_the_emulator() {
                         "17",
                         "--scale",
                         scale(&name),
+                        "--checks",
+                        "all",
+                        "--schedule",
+                        schedules[i % schedules.len()],
                     ])
                     .output()
                     .expect("cleave runs");

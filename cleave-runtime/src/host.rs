@@ -5,7 +5,7 @@
 //! module runs a [`LaunchPlan`] through those functions exactly as the CUDA executor runs it on
 //! a GPU: same grids, same workspaces, same argument order.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::marker::PhantomData;
 
 use crate::element::Element;
@@ -18,10 +18,111 @@ use crate::Error;
 /// NUL-terminated message into `err`.
 pub type EmuFn = unsafe extern "C" fn(launch: *const EmuLaunch, args: *const *mut c_void) -> c_int;
 
+/// One global buffer of a launch, for the emulator's bounds checks. The C side declares
+/// `struct { const void* base; uint64_t bytes; const char* name; }`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct EmuBuffer {
+    /// The first byte.
+    pub base: *const c_void,
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// A NUL-terminated name for messages (the tensor's declared name).
+    pub name: *const c_char,
+}
+
+/// Which of the emulator's checks run (bits of [`EmuLaunch::checks`]).
+pub mod checks {
+    /// Shared-memory races, cp.async hazards, and collectives or barriers in divergent code.
+    pub const RACES: u32 = 1;
+    /// Global and shared accesses inside their buffers.
+    pub const BOUNDS: u32 = 2;
+    /// Every check.
+    pub const ALL: u32 = RACES | BOUNDS;
+}
+
+/// The order in which the emulator runs a block's threads between synchronization points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Schedule {
+    /// Runnable threads in the order they became runnable.
+    RoundRobin = 0,
+    /// A seeded random runnable thread each time (and cp.async copies landing at seeded random
+    /// moments between issue and wait).
+    Random = 1,
+    /// The last thread made runnable first: one warp runs as far as it can before the others.
+    RunAhead = 2,
+}
+
+/// How the host emulator runs kernels: which checks and which schedule.
+///
+/// The default is every check with the round-robin schedule (the checks do not depend on the
+/// schedule; the other schedules vary the order of effects for results to expose).
+/// `CLEAVE_EMU_CHECKS` (`all`, `none`, or a comma list of `races` and `bounds`) and
+/// `CLEAVE_EMU_SCHEDULE` (`round-robin`, `random`, `run-ahead`) override it for every
+/// `run_host` of the process ([`EmuOptions::from_env`]). The checks cost time: see the README.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmuOptions {
+    /// Bits of [`checks`].
+    pub checks: u32,
+    /// The thread schedule.
+    pub schedule: Schedule,
+}
+
+impl Default for EmuOptions {
+    fn default() -> Self {
+        EmuOptions { checks: checks::ALL, schedule: Schedule::RoundRobin }
+    }
+}
+
+impl EmuOptions {
+    /// Parses `CLEAVE_EMU_CHECKS` and `CLEAVE_EMU_SCHEDULE` values (`None`: unset).
+    pub fn parse(checks: Option<&str>, schedule: Option<&str>) -> Result<EmuOptions, String> {
+        let mut o = EmuOptions::default();
+        if let Some(c) = checks {
+            o.checks = 0;
+            for word in c.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                o.checks |= match word {
+                    "all" => checks::ALL,
+                    "none" => 0,
+                    "races" => checks::RACES,
+                    "bounds" => checks::BOUNDS,
+                    other => {
+                        return Err(format!(
+                            "CLEAVE_EMU_CHECKS: unknown check `{other}`; expected all, none, races or bounds"
+                        ))
+                    }
+                };
+            }
+        }
+        if let Some(s) = schedule {
+            o.schedule = match s.trim() {
+                "random" => Schedule::Random,
+                "round-robin" => Schedule::RoundRobin,
+                "run-ahead" => Schedule::RunAhead,
+                other => {
+                    return Err(format!(
+                        "CLEAVE_EMU_SCHEDULE: unknown schedule `{other}`; expected random, round-robin or run-ahead"
+                    ))
+                }
+            };
+        }
+        Ok(o)
+    }
+
+    /// The options the environment asks for.
+    pub fn from_env() -> Result<EmuOptions, String> {
+        let checks = std::env::var("CLEAVE_EMU_CHECKS").ok();
+        let schedule = std::env::var("CLEAVE_EMU_SCHEDULE").ok();
+        EmuOptions::parse(checks.as_deref(), schedule.as_deref())
+    }
+}
+
 /// The launch configuration handed to an emulated kernel.
 ///
-/// The C side declares the same struct:
-/// `struct { uint32_t grid[3]; uint32_t block[3]; uint32_t smem_bytes; uint64_t seed; char* err; size_t err_len; }`.
+/// The C side declares the same struct: `struct { uint32_t grid[3]; uint32_t block[3];
+/// uint32_t smem_bytes; uint64_t seed; char* err; size_t err_len; const cleave_emu_buffer*
+/// buffers; uint32_t nbuffers; uint32_t checks; uint32_t schedule; }`.
 #[repr(C)]
 #[derive(Debug)]
 pub struct EmuLaunch {
@@ -38,6 +139,14 @@ pub struct EmuLaunch {
     pub err: *mut c_char,
     /// The size of `err` in bytes, including room for the terminating NUL.
     pub err_len: usize,
+    /// The launch's global buffers (inputs, outputs, workspaces), for the bounds checks.
+    pub buffers: *const EmuBuffer,
+    /// How many `buffers` there are.
+    pub nbuffers: u32,
+    /// Bits of [`checks`].
+    pub checks: u32,
+    /// A [`Schedule`] as its number.
+    pub schedule: u32,
 }
 
 /// The size of the error-message buffer handed to each emulated kernel.
@@ -52,8 +161,27 @@ const WORKSPACE_FILL: u8 = 0xFF;
 #[derive(Clone, Copy)]
 struct Chunk([u8; 16]);
 
+/// Runs `plan` on the host with the options of the environment ([`EmuOptions::from_env`]);
+/// see [`execute_with`].
+///
+/// # Safety
+///
+/// As for [`execute_with`].
+pub unsafe fn execute(
+    plan: &LaunchPlan,
+    fns: &[EmuFn],
+    extents: &[u64],
+    inputs: &[*const u8],
+    outputs: &[*mut u8],
+    seed: u64,
+) -> Result<(), Error> {
+    let options = EmuOptions::from_env().map_err(|message| Error::InvalidArguments { kernel: plan.kernel, message })?;
+    // SAFETY: the caller upholds `execute_with`'s contract.
+    unsafe { execute_with(plan, fns, extents, inputs, outputs, seed, &options) }
+}
+
 /// Runs `plan` on the host: allocates its workspaces, then calls `fns[i]` for
-/// `plan.launches[i]`, in order.
+/// `plan.launches[i]`, in order, with the emulator's checks and schedule from `options`.
 ///
 /// `extents` has one entry per dim of the plan (see [`plan::extents`]); `inputs` and `outputs`
 /// hold one pointer per declared tensor. A launch whose grid has a zero dimension is skipped.
@@ -64,13 +192,14 @@ struct Chunk([u8; 16]);
 /// writes, of its tensor's element count (for these extents) times its dtype's size, aligned to
 /// that dtype; outputs must not overlap any other argument. Each `fns[i]` must implement
 /// `plan.launches[i]` (read exactly the parameters the plan lists, in that order).
-pub unsafe fn execute(
+pub unsafe fn execute_with(
     plan: &LaunchPlan,
     fns: &[EmuFn],
     extents: &[u64],
     inputs: &[*const u8],
     outputs: &[*mut u8],
     seed: u64,
+    options: &EmuOptions,
 ) -> Result<(), Error> {
     plan::check_call(plan, extents, inputs.len(), outputs.len())?;
     if fns.len() != plan.launches.len() {
@@ -99,6 +228,29 @@ pub unsafe fn execute(
     let bases =
         (input_slots.as_mut_ptr(), output_slots.as_mut_ptr(), workspace_slots.as_mut_ptr(), extent_slots.as_mut_ptr());
 
+    // The buffers the bounds checks know, named as declared; the names outlive every call.
+    let mut names: Vec<CString> = Vec::new();
+    let mut buffers: Vec<EmuBuffer> = Vec::new();
+    let mut add = |base: *const c_void, bytes: u64, name: String| {
+        names.push(CString::new(name.replace('\0', "")).unwrap_or_default());
+        let name = names.last().map_or(std::ptr::null(), |n| n.as_ptr());
+        buffers.push(EmuBuffer { base, bytes, name });
+    };
+    for (spec, p) in plan.inputs.iter().zip(inputs) {
+        add(p.cast(), spec.elements(plan, extents)? * u64::from(spec.dtype.size_bytes()), spec.name.to_string());
+    }
+    for (spec, p) in plan.outputs.iter().zip(outputs) {
+        add(
+            p.cast_const().cast(),
+            spec.elements(plan, extents)? * u64::from(spec.dtype.size_bytes()),
+            spec.name.to_string(),
+        );
+    }
+    for (i, w) in workspaces.iter().enumerate() {
+        add(w.as_ptr().cast(), (w.len() * 16) as u64, format!("workspace {i}"));
+    }
+    let nbuffers = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
+
     let mut err = vec![0u8; ERR_BUF_LEN];
     for (launch, run) in plan.launches.iter().zip(fns) {
         let grid = launch.grid_dims(plan.kernel, extents)?;
@@ -124,10 +276,15 @@ pub unsafe fn execute(
             seed,
             err: err.as_mut_ptr().cast(),
             err_len: err.len(),
+            buffers: buffers.as_ptr(),
+            nbuffers,
+            checks: options.checks,
+            schedule: options.schedule as u32,
         };
         // SAFETY: `config` and `args` outlive the call; every args entry points at a live slot
-        // holding a pointer or an i64 as the plan describes, and the caller guarantees that the
-        // tensors behind the pointers are valid and that `run` implements this launch.
+        // holding a pointer or an i64 as the plan describes; `buffers` and the names they point
+        // at live until this function returns; and the caller guarantees that the tensors
+        // behind the pointers are valid and that `run` implements this launch.
         let code = unsafe { run(&config, args.as_ptr()) };
         if code != 0 {
             return Err(Error::Emulation { kernel: plan.kernel, message: emulator_message(launch.symbol, code, &err) });
@@ -231,8 +388,26 @@ mod tests {
         assert_eq!(offset_of!(EmuLaunch, seed), 32);
         assert_eq!(offset_of!(EmuLaunch, err), 40);
         assert_eq!(offset_of!(EmuLaunch, err_len), 48);
-        assert_eq!(size_of::<EmuLaunch>(), 56);
+        assert_eq!(offset_of!(EmuLaunch, buffers), 56);
+        assert_eq!(offset_of!(EmuLaunch, nbuffers), 64);
+        assert_eq!(offset_of!(EmuLaunch, checks), 68);
+        assert_eq!(offset_of!(EmuLaunch, schedule), 72);
+        assert_eq!(size_of::<EmuLaunch>(), 80);
+        assert_eq!(offset_of!(EmuBuffer, bytes), 8);
+        assert_eq!(offset_of!(EmuBuffer, name), 16);
+        assert_eq!(size_of::<EmuBuffer>(), 24);
         assert_eq!(align_of::<EmuLaunch>(), 8);
+    }
+
+    #[test]
+    fn options_parse_from_the_environment_words() {
+        assert_eq!(EmuOptions::parse(None, None), Ok(EmuOptions::default()));
+        let o = EmuOptions::parse(Some("races"), Some("run-ahead")).unwrap();
+        assert_eq!((o.checks, o.schedule), (checks::RACES, Schedule::RunAhead));
+        assert_eq!(EmuOptions::parse(Some("none"), Some("round-robin")).unwrap().checks, 0);
+        assert_eq!(EmuOptions::parse(Some("bounds, races"), None).unwrap().checks, checks::ALL);
+        assert!(EmuOptions::parse(Some("racse"), None).unwrap_err().contains("unknown check `racse`"));
+        assert!(EmuOptions::parse(None, Some("fifo")).unwrap_err().contains("unknown schedule `fifo`"));
     }
 
     #[test]

@@ -22,8 +22,11 @@ commands:
                                           write the generated sources
   explain FILE --kernel NAME              every stage, readable: graphs, cost table, program
   run FILE --kernel NAME --backend emulate [--dims s=256,l=512] [--seed N] [--scale X]
-                                          run the generated CUDA on the host emulator against
-                                          the f64 reference; prints max_rel_err=<x> last
+      [--source DIR] [--checks all|none|races,bounds] [--schedule random|round-robin|run-ahead]
+                                          run the generated CUDA (or DIR/NAME.cu from `emit`)
+                                          on the host emulator, checking for races, hazards and
+                                          out-of-bounds accesses, against the f64 reference;
+                                          prints max_rel_err=<x> last
 
 options:
   --no-split                              search without Split-K
@@ -107,9 +110,12 @@ pub(crate) fn run(args: &[String]) -> i32 {
             .and_then(|o| search::run(&o)),
         "schedule" => Opts::parse(rest, &["kernel"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
         "emit" => Opts::parse(rest, &["kernel", "target", "out"], &["no-split"]).and_then(|o| emit::run(&o)),
-        "run" => {
-            Opts::parse(rest, &["kernel", "backend", "dims", "seed", "scale"], &["no-split"]).and_then(|o| run::run(&o))
-        }
+        "run" => Opts::parse(
+            rest,
+            &["kernel", "backend", "dims", "seed", "scale", "source", "checks", "schedule"],
+            &["no-split"],
+        )
+        .and_then(|o| run::run(&o)),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -1,8 +1,11 @@
-//! `cleave run --backend emulate`: builds the generated CUDA for the host emulator, runs it on
-//! seeded random inputs and compares with the f64 reference. Prints `max_rel_err=<x>` last;
-//! exits 1 above the tolerance.
+//! `cleave run --backend emulate`: builds the generated CUDA (or, with `--source DIR`, the
+//! `DIR/<kernel>.cu` that `cleave emit` wrote, edited or not) for the host emulator, runs it on
+//! seeded random inputs with the emulator's race, hazard and bounds checks, and compares with
+//! the f64 reference. Prints `max_rel_err=<x>` last; exits 1 above the tolerance or when a
+//! check fails.
 
 use cleave::emulate;
+use cleave::runtime::host::EmuOptions;
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::graph::Bindings;
 use cleave_core::graph::{Op, UnaryOp};
@@ -36,6 +39,13 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             .ok_or_else(|| UserError(format!("--scale expects a positive number, got `{s}`")))?,
         None => 1.0,
     };
+    // Flags win over the environment's CLEAVE_EMU_CHECKS and CLEAVE_EMU_SCHEDULE.
+    let env = |name: &str| std::env::var(name).ok();
+    let checks = o.value("checks").map(str::to_string).or_else(|| env("CLEAVE_EMU_CHECKS"));
+    let schedule = o.value("schedule").map(str::to_string).or_else(|| env("CLEAVE_EMU_SCHEDULE"));
+    let options = EmuOptions::parse(checks.as_deref(), schedule.as_deref()).map_err(|e| {
+        UserError(e.replace("CLEAVE_EMU_CHECKS", "--checks").replace("CLEAVE_EMU_SCHEDULE", "--schedule"))
+    })?;
     let c = compile_kernel(o)?;
     let g = &c.declared;
     let mut b = Bindings::of_table(&g.dims);
@@ -74,7 +84,16 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     lb.values[..b.values.len()].copy_from_slice(&b.values);
     lb.complete(launch.dims());
     let plan = plan_data(launch, &g.name).map_err(|e| UserError(format!("{}: {e}", g.name)))?;
-    let lib = emulate::compile(launch, &plan).map_err(UserError)?;
+    let lib = match o.value("source") {
+        None => emulate::compile(launch, &plan),
+        Some(dir) => {
+            let path = std::path::Path::new(dir).join(format!("{}.cu", g.name));
+            let source = std::fs::read_to_string(&path)
+                .map_err(|e| UserError(format!("--source: {}: cannot read: {e}", path.display())))?;
+            emulate::compile_source(&source, &plan)
+        }
+    }
+    .map_err(UserError)?;
     let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
     let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
     let want: Vec<_> = g.outputs.iter().map(|o| values[o.node.index()].clone()).collect();
@@ -88,7 +107,8 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             }
         }
     }
-    let got = lib.run(launch, &lb, &inputs, seed).map_err(|e| UserError(format!("emulation failed: {e}")))?;
+    let got =
+        lib.run_with(launch, &lb, &inputs, seed, &options).map_err(|e| UserError(format!("emulation failed: {e}")))?;
     let dims: Vec<String> =
         g.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, d)| format!("{}={}", d.name, b.values[v.index()])).collect();
     println!("kernel={} dims={} seed={seed} scale={scale} launches={}", g.name, dims.join(","), launch.kernels.len());

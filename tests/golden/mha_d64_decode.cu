@@ -422,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) p3[((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col)] = cleave::from_float<float>(b0[mi][h]);
+    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) cleave::st_global(p3, ((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col), cleave::from_float<float>(b0[mi][h]));
   }
   // Store(ws1) through t_ws1_stage (16-byte rows)
   __syncthreads();  // the staging space may hold tiles other warps still read
@@ -438,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
-      *(float*)((smem + 0) + cleave_off<256, 4, 1>(row, col)) = cleave::from_float<float>(b1[mi][ni][2 * h + e]);
+      cleave::st_shared<float>(((smem + 0) + cleave_off<256, 4, 1>(row, col)), cleave::from_float<float>(b1[mi][ni][2 * h + e]));
     }
   }
   __syncthreads();
@@ -450,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
     } else {
-      for (int e = 0; e < 4; ++e) dst[e] = reinterpret_cast<const float*>(src)[e];
+      for (int e = 0; e < 4; ++e) cleave::st_global(dst, e, cleave::ld_shared<float>(src + e * 4));
     }
   }
   // Store(partial_max)
@@ -462,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) p5[((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col)] = cleave::from_float<float>(b2[mi][h]);
+    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) cleave::st_global(p5, ((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col), cleave::from_float<float>(b2[mi][h]));
   }
 }
 
@@ -570,7 +570,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int ei = threadIdx.x; ei < 16; ei += 128) {
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-          *(float*)((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c)) = ok ? p0[((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)] : cleave::from_float<float>(0.0f);
+          cleave::st_shared<float>((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -578,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int ei = threadIdx.x; ei < 16; ei += 128) {
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-          *(float*)((smem + 128 + (0) * 64) + cleave_off<4, 4, 0>(r, c)) = ok ? p1[((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)] : cleave::from_float<float>(0.0f);
+          cleave::st_shared<float>((smem + 128 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
@@ -602,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             for (int ei = threadIdx.x; ei < 16; ei += 128) {
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-              *(float*)((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c)) = ok ? p0[((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)] : cleave::from_float<float>(0.0f);
+              cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -610,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             for (int ei = threadIdx.x; ei < 16; ei += 128) {
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-              *(float*)((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c)) = ok ? p1[((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)] : cleave::from_float<float>(0.0f);
+              cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws1 = Load(ws1)
@@ -636,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(*(const float*)((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0))));
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))));
       }
       // t0_c = ...
       #pragma unroll
@@ -696,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (cleave::to_float(*(const float*)((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0))) * cleave_exp_diff(cleave::to_float(*(const float*)((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0))), b2[mi][h])));
+        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
       }
       // t3 = ...
       #pragma unroll
@@ -711,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(*(const float*)((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(row, col))) * cleave_exp_diff(cleave::to_float(*(const float*)((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0))), b2[mi][h])));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
@@ -731,7 +731,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 2 + ni) * 8 + 2 * t + e;
       (void)col;
-      *(cleave::half*)((smem + 0) + cleave_off<128, 2, 1>(row, col)) = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+      cleave::st_shared<cleave::half>(((smem + 0) + cleave_off<128, 2, 1>(row, col)), cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h])));
     }
   }
   __syncthreads();
@@ -743,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
     } else {
-      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
+      for (int e = 0; e < 8; ++e) cleave::st_global(dst, e, cleave::ld_shared<cleave::half>(src + e * 2));
     }
   }
 }

@@ -420,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
-      *(cleave::half*)((smem + 0) + cleave_off<128, 2, 1>(row, col)) = cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h]));
+      cleave::st_shared<cleave::half>(((smem + 0) + cleave_off<128, 2, 1>(row, col)), cleave::from_float<cleave::half>(cleave_div(b1[mi][ni][2 * h + e], b0[mi][h])));
     }
   }
   __syncthreads();
@@ -432,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
     } else {
-      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
+      for (int e = 0; e < 8; ++e) cleave::st_global(dst, e, cleave::ld_shared<cleave::half>(src + e * 2));
     }
   }
 }

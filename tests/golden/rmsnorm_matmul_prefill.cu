@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && true) part = cleave_add(part, cleave_sq(cleave::to_float(*(const cleave::half*)((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, col)))));
+          if (col < 64 && true) part = cleave_add(part, cleave_sq(cleave::to_float(cleave::ld_shared<cleave::half>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, col))))));
         }
         part = cleave::quad_sum(part);
         b1[mi][h] = cleave_add(b1[mi][h], part);
@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 32 + ni) * 8 + 2 * t + e;
       (void)col;
-      *(cleave::half*)((smem + 0) + cleave_off<512, 2, 1>(row, col)) = cleave::from_float<cleave::half>((b0[mi][ni][2 * h + e] * rsqrtf((1e-5f + b1[mi][h]))));
+      cleave::st_shared<cleave::half>(((smem + 0) + cleave_off<512, 2, 1>(row, col)), cleave::from_float<cleave::half>((b0[mi][ni][2 * h + e] * rsqrtf((1e-5f + b1[mi][h])))));
     }
   }
   __syncthreads();
@@ -249,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
     } else {
-      for (int e = 0; e < 8; ++e) dst[e] = reinterpret_cast<const cleave::half*>(src)[e];
+      for (int e = 0; e < 8; ++e) cleave::st_global(dst, e, cleave::ld_shared<cleave::half>(src + e * 2));
     }
   }
 }

@@ -26,24 +26,42 @@
 // * `mma` multiplies the exact f16/bf16 inputs, adds them and C in double precision and rounds
 //   once to f32. The tensor cores' internal accumulation order is unspecified, so a GPU result
 //   may differ from the emulator's in the last few bits. `quad_*` and `warp_*` replay the
-//   device's xor butterflies, so they match bit for bit; `fast_exp2` is `exp2f`, within about
-//   2 ulp of the device's `ex2.approx`.
-// * `cp_async_16` is deferred as on hardware: the copy joins the calling thread's open group,
-//   `cp_async_commit()` closes the group, and `cp_async_wait<N>()` performs every copy except
-//   those of the N most recently committed groups (and of the open group). A kernel that reads
-//   shared memory before waiting therefore sees the old contents. Copies still pending when a
-//   thread returns are performed then. Bytes past `src_bytes` are zero-filled, and
-//   `src_bytes == 0` never reads global memory.
+//   device's xor butterflies, so they match bit for bit; `fast_exp2` is `exp2f` with the
+//   device's flush of subnormal results to zero, within about 2 ulp of `ex2.approx.ftz`.
+// * `cp_async_16` is asynchronous as on hardware: the copy joins the calling thread's open
+//   group, `cp_async_commit()` closes the group, and `cp_async_wait<N>()` completes every copy
+//   except those of the N most recently committed groups (and of the open group). Until then
+//   a copy may land at any moment: at issue, at any later switch of its thread (both drawn
+//   from the block's seeded generator), or at the wait. Copies still pending when a thread
+//   returns complete then. Bytes past `src_bytes` are zero-filled, and `src_bytes == 0` never
+//   reads global memory.
+// * Schedules (`L->schedule`). A block's runnable threads are taken round-robin
+//   (CLEAVE_EMU_SCHEDULE_ROUND_ROBIN), in a seeded random order (..._RANDOM), or last-woken
+//   first (..._RUN_AHEAD), which lets one warp run as far as it can before the others move.
+// * Race and hazard checks (`L->checks & CLEAVE_EMU_CHECK_RACES`), in the manner of
+//   compute-sanitizer's racecheck: every shared-memory byte remembers its last write and its
+//   reads since the last `__syncthreads()`. A read of a byte another thread wrote, or a write
+//   of a byte another thread read or wrote, with no barrier in between, is a race. A copy's
+//   destination is written when it is issued and again when its wait completes it; any access
+//   to it in between (by any thread) is a cp.async hazard. Warp collectives are matched by
+//   call site and by how many collectives each lane has run, and barriers by call site and
+//   count, so a collective or barrier in divergent code is a divergence hazard. Messages name
+//   the block, both threads, the shared-memory offset and the source lines.
+// * Bounds checks (`L->checks & CLEAVE_EMU_CHECK_BOUNDS`, with the buffers of the launch in
+//   `L->buffers`): every global access of a generated kernel, a cp.async source (even one
+//   that copies nothing) and a 16-byte vector access must lie inside the buffer its address
+//   points into; every shared-memory access inside the block's dynamic shared memory.
 // * Dynamic shared memory is a per-block buffer of `L->smem_bytes` bytes, 128-byte aligned and
 //   filled with 0xA5 at the start of every block, so a kernel that reads shared memory it never
 //   wrote produces visibly wrong results.
-// * Emulation errors: a lane that returns while warp-mates wait at a collective, a lane that
-//   reaches a collective after a warp-mate returned, lanes of one warp at different
-//   collectives, a partial warp or a non-full shuffle mask at a collective, a `cp_async_16` or
-//   `ldmatrix` address outside the shared buffer or not 16-byte aligned, an unaligned
-//   `cp_async_16` source or `st_global_16` / `ld_global_16` operand, and a deadlock (no
-//   runnable thread while some are blocked). Each one abandons the block (objects on its
-//   fibers' stacks are not destroyed) and fails the launch.
+// * Emulation errors: the checks above, a lane that returns while warp-mates wait at a
+//   collective, a lane that reaches a collective after a warp-mate returned, a partial warp or
+//   a non-full shuffle mask at a collective, a `cp_async_16` or `ldmatrix` address outside the
+//   shared buffer or not 16-byte aligned, an unaligned `cp_async_16` source or `st_global_16`
+//   / `ld_global_16` operand, and a deadlock (no runnable thread while some are blocked). Each
+//   one abandons the block (objects on its fibers' stacks are not destroyed) and fails the
+//   launch. The primitives take the caller's source line (`__builtin_LINE()`), which the
+//   messages quote.
 // * Kernels must not throw: an exception cannot unwind across a fiber's stack boundary.
 // * The fiber switches are annotated for AddressSanitizer, so a kernel compiled with
 //   -fsanitize=address gets its out-of-bounds global accesses reported at the kernel's line.
@@ -64,7 +82,22 @@
 #include "emu_numeric.h"
 
 extern "C" {
-// The launch description shared with the Rust runtime. Keep the layout in sync with it.
+// One global buffer of a launch, for the bounds checks.
+typedef struct cleave_emu_buffer {
+  const void* base;
+  uint64_t bytes;
+  const char* name;  // NUL-terminated
+} cleave_emu_buffer;
+
+// `checks` bits and `schedule` values of a launch.
+#define CLEAVE_EMU_CHECK_RACES 1u
+#define CLEAVE_EMU_CHECK_BOUNDS 2u
+#define CLEAVE_EMU_SCHEDULE_ROUND_ROBIN 0u
+#define CLEAVE_EMU_SCHEDULE_RANDOM 1u
+#define CLEAVE_EMU_SCHEDULE_RUN_AHEAD 2u
+
+// The launch description shared with the Rust runtime. Keep the layout in sync with it. Fields
+// after `err_len` may be left zero: no checks, round-robin, no buffers.
 typedef struct cleave_emu_launch {
   uint32_t grid[3];
   uint32_t block[3];
@@ -72,6 +105,10 @@ typedef struct cleave_emu_launch {
   uint64_t seed;
   char* err;      // on failure, a NUL-terminated message is written here
   size_t err_len;
+  const cleave_emu_buffer* buffers;
+  uint32_t nbuffers;
+  uint32_t checks;
+  uint32_t schedule;
 } cleave_emu_launch;
 }
 
@@ -163,6 +200,21 @@ struct CpCopy {
   const unsigned char* src;
   uint32_t bytes;
   uint64_t group;
+  // The source line of the issue, and whether the data has landed already.
+  uint32_t line;
+  bool landed;
+};
+
+// What one shared-memory byte remembers for the race checks: its last write and its reads in
+// the current barrier interval (epoch). Epochs grow across the blocks of a worker, so an entry
+// left by an earlier block never matches the current one and nothing is cleared per block.
+struct Shadow {
+  uint32_t w_epoch, w_line, r_epoch, r_line;
+  uint16_t w_thread, r_thread;
+  // 1 + the thread whose cp.async to this byte has not completed; 0 when none.
+  uint16_t pending;
+  // More than one thread read the byte in r_epoch.
+  uint8_t r_many;
 };
 
 struct Fiber {
@@ -176,12 +228,17 @@ struct Fiber {
   size_t cp_head;
   // Groups committed so far; the open group's id is this count.
   uint64_t cp_committed;
+  // Warp collectives and barriers this thread has passed, to match lanes and threads.
+  uint64_t coll_seq, barrier_seq;
 };
 
 // The rendezvous of one warp's lanes at a collective: each arriving lane leaves its operands
 // here, and the last one computes everybody's results.
 struct WarpState {
   Op op;
+  // The call site and collective count of the first lane to arrive; the others must match.
+  uint32_t line;
+  uint64_t seq;
   uint32_t arrived, exited, lanes;
   const void* in0[32];
   const void* in1[32];
@@ -210,6 +267,17 @@ struct Worker {
   bool failed;
   Message error;
   uint64_t switches;
+  // The launch's checks, schedule, buffers, and the generator of the block's choices.
+  uint32_t checks, schedule;
+  const cleave_emu_buffer* buffers;
+  uint32_t nbuffers;
+  uint64_t seed, rng;
+  // The race checks: one entry per shared-memory byte, and the current barrier interval.
+  std::vector<Shadow> shadow;
+  uint32_t epoch;
+  // The call site and count of the barrier the waiting threads are at.
+  uint32_t barrier_line;
+  uint64_t barrier_seq;
 };
 
 inline thread_local Worker* tl_worker = nullptr;
@@ -276,11 +344,49 @@ inline void push_ready(Worker& w, uint32_t i) {
   w.ready[slot >= w.nthreads ? slot - w.nthreads : slot] = i;
 }
 
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The next thread to run, by the launch's schedule.
 inline uint32_t pop_ready(Worker& w) {
+  auto at = [&](uint32_t k) -> uint32_t& {
+    uint32_t slot = w.ready_head + k;
+    return w.ready[slot >= w.nthreads ? slot - w.nthreads : slot];
+  };
+  if (w.schedule == CLEAVE_EMU_SCHEDULE_RANDOM && w.ready_len > 1) {
+    uint32_t k = uint32_t(splitmix64(w.rng) % w.ready_len);
+    uint32_t t = at(0);
+    at(0) = at(k);
+    at(k) = t;
+  } else if (w.schedule == CLEAVE_EMU_SCHEDULE_RUN_AHEAD) {
+    // Last woken first: the lanes a collective just released keep running.
+    --w.ready_len;
+    return at(w.ready_len);
+  }
   uint32_t i = w.ready[w.ready_head];
   if (++w.ready_head == w.nthreads) w.ready_head = 0;
   --w.ready_len;
   return i;
+}
+
+inline void land(CpCopy& c) {
+  if (!c.landed) {
+    if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+    std::memset(c.dst + c.bytes, 0, 16 - c.bytes);
+    c.landed = true;
+  }
+}
+
+// Lets some of the running thread's pending copies land now, as the hardware may.
+inline void land_some(Worker& w, Fiber& f) {
+  if (w.schedule != CLEAVE_EMU_SCHEDULE_RANDOM) return;
+  for (size_t i = f.cp_head; i < f.cp.size(); ++i) {
+    if (!f.cp[i].landed && (splitmix64(w.rng) & 3) == 0) land(f.cp[i]);
+  }
 }
 
 // Blocks the running fiber (its `wait` is already set) and switches straight to the next
@@ -289,6 +395,7 @@ inline uint32_t pop_ready(Worker& w) {
 inline void suspend(Worker& w, bool done = false) {
   if (w.ready_len == 0) deadlock(w);
   Fiber& from = *w.cur;
+  land_some(w, from);
   Fiber& to = w.fibers[pop_ready(w)];
   w.cur = &to;
   ++w.switches;
@@ -303,18 +410,107 @@ inline void release_barrier(Worker& w) {
     }
   }
   w.at_barrier = 0;
+  // A new barrier interval: nothing before it races with anything after it.
+  ++w.epoch;
 }
 
-inline void perform_copy(const CpCopy& c) {
-  if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
-  std::memset(c.dst + c.bytes, 0, 16 - c.bytes);
+inline bool checking_races(const Worker& w) { return (w.checks & CLEAVE_EMU_CHECK_RACES) != 0; }
+
+inline uint32_t smem_offset(const Worker& w, const void* p) {
+  return uint32_t(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(w.smem));
 }
 
-// Performs, in issue order, the pending copies of every group older than the `keep` most
+// Fails with a race between the running thread and `other` at shared byte `off`. With
+// `several`, more threads than `other` made the earlier access, and `other` may be this one.
+[[noreturn]] inline void race(Worker& w, const Fiber& me, const char* kind, uint32_t off, const char* mine,
+                              uint32_t my_line, const char* theirs, uint32_t other, uint32_t other_line,
+                              bool several) {
+  const uint3 o = w.fibers[other].tid;
+  if (several && other == me.index) {
+    fail_at(w, me,
+            "shared-memory race (%s) at byte %u of shared memory: this thread %s it at line %u, "
+            "and other threads %s it (last at line %u) with no __syncthreads in between",
+            kind, off, mine, my_line, theirs, other_line);
+  }
+  fail_at(w, me,
+          "shared-memory race (%s) at byte %u of shared memory: this thread %s it at line %u, "
+          "and thread (%u,%u,%u)%s %s it at line %u, with no __syncthreads in between",
+          kind, off, mine, my_line, o.x, o.y, o.z, several ? " (and others)" : "", theirs, other_line);
+}
+
+[[noreturn]] inline void pending_hazard(Worker& w, const Fiber& me, uint32_t off, bool write, uint32_t line,
+                                        const Shadow& s) {
+  const Fiber& owner = w.fibers[s.pending - 1u];
+  const char* access = write ? "writes" : "reads";
+  if (&owner == &me) {
+    fail_at(w, me,
+            "cp.async hazard at byte %u of shared memory: line %u %s the destination of this thread's "
+            "cp_async_16 from line %u before a cp_async_wait has completed it",
+            off, line, access, s.w_line);
+  }
+  fail_at(w, me,
+          "cp.async hazard at byte %u of shared memory: line %u %s the destination of the "
+          "cp_async_16 thread (%u,%u,%u) issued at line %u, which that thread has not waited for "
+          "(a cp_async_wait and a __syncthreads must come between)",
+          off, line, access, owner.tid.x, owner.tid.y, owner.tid.z, s.w_line);
+}
+
+// Records an access of `n` shared-memory bytes at `p` (already checked to lie in shared
+// memory) by thread `me` at `line`, and fails on a race or a cp.async hazard.
+inline void shadow_access(Worker& w, const Fiber& me, const void* p, size_t n, bool write, uint32_t line) {
+  const uint16_t t = uint16_t(me.index);
+  const uint32_t e = w.epoch;
+  const uint32_t base = smem_offset(w, p);
+  for (uint32_t off = base; off < base + n; ++off) {
+    Shadow& s = w.shadow[off];
+    if (s.pending) pending_hazard(w, me, off, write, line, s);
+    if (write) {
+      if (s.w_epoch == e && s.w_thread != t) {
+        race(w, me, "write-after-write", off, "writes", line, "wrote", s.w_thread, s.w_line, false);
+      }
+      if (s.r_epoch == e && (s.r_thread != t || s.r_many)) {
+        // With several readers one of them differs from this thread; name the recorded one
+        // when it is another thread.
+        race(w, me, "write-after-read", off, "writes", line, "read", s.r_thread, s.r_line, s.r_many);
+      }
+      s.w_epoch = e;
+      s.w_thread = t;
+      s.w_line = line;
+    } else {
+      if (s.w_epoch == e && s.w_thread != t) {
+        race(w, me, "read-after-write", off, "reads", line, "wrote", s.w_thread, s.w_line, false);
+      }
+      if (s.r_epoch != e) {
+        s.r_epoch = e;
+        s.r_thread = t;
+        s.r_line = line;
+        s.r_many = 0;
+      } else if (s.r_thread != t) {
+        s.r_many = 1;
+      }
+    }
+  }
+}
+
+// A copy is complete: its data is in place and, for the checks, its thread wrote it now.
+inline void complete_copy(Worker& w, Fiber& f, CpCopy& c) {
+  land(c);
+  if (!checking_races(w)) return;
+  const uint32_t base = smem_offset(w, c.dst);
+  for (uint32_t off = base; off < base + 16; ++off) {
+    Shadow& s = w.shadow[off];
+    s.pending = 0;
+    s.w_epoch = w.epoch;
+    s.w_thread = uint16_t(f.index);
+    s.w_line = c.line;
+  }
+}
+
+// Completes, in issue order, the pending copies of every group older than the `keep` most
 // recently committed ones.
-inline void cp_drain(Fiber& f, uint64_t keep) {
+inline void cp_drain(Worker& w, Fiber& f, uint64_t keep) {
   while (f.cp_head < f.cp.size() && f.cp[f.cp_head].group + keep < f.cp_committed) {
-    perform_copy(f.cp[f.cp_head++]);
+    complete_copy(w, f, f.cp[f.cp_head++]);
   }
   if (f.cp_head == f.cp.size()) {
     f.cp.clear();
@@ -324,7 +520,7 @@ inline void cp_drain(Fiber& f, uint64_t keep) {
 
 inline void thread_exit(Worker& w) {
   Fiber& f = *w.cur;
-  for (size_t i = f.cp_head; i < f.cp.size(); ++i) perform_copy(f.cp[i]);
+  for (size_t i = f.cp_head; i < f.cp.size(); ++i) complete_copy(w, f, f.cp[i]);
   f.wait = Wait::Exited;
   ++w.exited;
   WarpState& ws = w.warps[f.warp];
@@ -346,13 +542,56 @@ inline void fiber_entry(void* p) {
   thread_exit(w);
 }
 
-inline void check_smem(Worker& w, const Fiber& who, const void* p, const char* what) {
+// Fails unless `n` bytes at `p` lie in the block's shared memory and `p` is aligned to `align`.
+inline void check_smem(Worker& w, const Fiber& who, const void* p, size_t n, size_t align, const char* what,
+                       uint32_t line) {
   auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(w.smem);
-  if (a < lo || a + 16 > lo + w.smem_bytes) {
-    fail_at(w, who, "%s %p is outside the block's %zu bytes of shared memory at %p", what, p,
-            w.smem_bytes, static_cast<void*>(w.smem));
+  if (a < lo || a + n > lo + w.smem_bytes) {
+    fail_at(w, who, "out of bounds: %s at line %u: %zu bytes at %p are outside the block's %zu bytes of shared memory at %p",
+            what, line, n, p, w.smem_bytes, static_cast<void*>(w.smem));
   }
-  if (a % 16) fail_at(w, who, "%s %p is not 16-byte aligned", what, p);
+  if (a % align) fail_at(w, who, "alignment hazard: %s at line %u: %p is not %zu-byte aligned", what, line, p, align);
+}
+
+inline bool in_smem(const Worker& w, const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(w.smem);
+  return a >= lo && a < lo + w.smem_bytes;
+}
+
+// Fails unless `n` bytes at `p` lie inside the launch buffer that `base` points into (when
+// bounds are checked and the launch named its buffers). `index` is the element index the
+// kernel used, for the message.
+inline void check_global(Worker& w, const void* base, const void* p, size_t n, const char* what, uint32_t line) {
+  if (!(w.checks & CLEAVE_EMU_CHECK_BOUNDS) || w.nbuffers == 0) return;
+  auto b = reinterpret_cast<uintptr_t>(base), a = reinterpret_cast<uintptr_t>(p);
+  for (uint32_t i = 0; i < w.nbuffers; ++i) {
+    const cleave_emu_buffer& buf = w.buffers[i];
+    auto lo = reinterpret_cast<uintptr_t>(buf.base), hi = lo + buf.bytes;
+    // A buffer's end counts as inside it, so that a pointer one past the last element (or the
+    // base of an empty buffer) still names the buffer it came from.
+    if (b < lo || b > hi) continue;
+    if (a < lo || a + n > hi) {
+      fail_at(w, *w.cur,
+              "out of bounds: %s at line %u touches bytes %lld..%lld of `%s`, which has %llu bytes", what, line,
+              (long long)(a - lo), (long long)(a - lo + n) - 1, buf.name ? buf.name : "?",
+              (unsigned long long)buf.bytes);
+    }
+    return;
+  }
+  // No buffer holds the address: name the nearest one that starts below it.
+  const cleave_emu_buffer* near = nullptr;
+  for (uint32_t i = 0; i < w.nbuffers; ++i) {
+    auto lo = reinterpret_cast<uintptr_t>(w.buffers[i].base);
+    if (lo <= b && (!near || lo > reinterpret_cast<uintptr_t>(near->base))) near = &w.buffers[i];
+  }
+  if (near) {
+    auto lo = reinterpret_cast<uintptr_t>(near->base);
+    fail_at(w, *w.cur, "out of bounds: %s at line %u uses an address %llu bytes past the end of `%s` (%llu bytes)",
+            what, line, (unsigned long long)(b - lo - near->bytes), near->name ? near->name : "?",
+            (unsigned long long)near->bytes);
+  }
+  fail_at(w, *w.cur, "out of bounds: %s at line %u uses the address %p, below every buffer of the launch", what,
+          line, base);
 }
 
 template <float (*Cvt)(uint16_t)>
@@ -412,7 +651,9 @@ inline void compute_ldmatrix(Worker& w, uint32_t warp, WarpState& ws, int nmat, 
   for (int i = 0; i < nmat; ++i) {
     for (int r = 0; r < 8; ++r) {
       uint32_t lane = uint32_t(8 * i + r);
-      check_smem(w, w.fibers[warp * 32 + lane], ws.in0[lane], "ldmatrix row address");
+      const Fiber& f = w.fibers[warp * 32 + lane];
+      check_smem(w, f, ws.in0[lane], 16, 16, "ldmatrix row address", ws.line);
+      if (checking_races(w)) shadow_access(w, f, ws.in0[lane], 16, false, ws.line);
       std::memcpy(m[i][r], ws.in0[lane], 16);
     }
   }
@@ -468,7 +709,7 @@ inline void compute(Worker& w, uint32_t warp, WarpState& ws) {
 
 // Arrives at a warp collective with this lane's operands; returns once the collective has
 // completed for the whole warp. The result of a 32-bit collective is in res[lane].
-inline WarpState& collective(Op op, const void* in0, const void* in1, const void* in2, void* out,
+inline WarpState& collective(Op op, uint32_t line, const void* in0, const void* in1, const void* in2, void* out,
                              uint32_t val = 0, uint32_t arg = 0) {
   Worker& w = *tl_worker;
   Fiber& f = *w.cur;
@@ -480,14 +721,23 @@ inline WarpState& collective(Op op, const void* in0, const void* in1, const void
             op_name(op), ws.lanes);
   }
   if (ws.exited) {
-    fail_at(w, f, "reached %s after %u lanes of its warp exited", op_name(op), ws.exited);
+    fail_at(w, f, "divergence hazard: reached %s at line %u after %u lanes of its warp exited", op_name(op), line,
+            ws.exited);
   }
   if (ws.arrived == 0) {
     ws.op = op;
-  } else if (ws.op != op) {
-    fail_at(w, f, "reached %s while %u lanes of its warp wait at %s (mismatched warp collectives)",
-            op_name(op), ws.arrived, op_name(ws.op));
+    ws.line = line;
+    ws.seq = f.coll_seq;
+  } else if (ws.op != op || ws.line != line || ws.seq != f.coll_seq) {
+    // Every lane must run the same collective instruction: the same call site, reached after
+    // the same number of collectives (a collective in divergent code fails one of the two).
+    fail_at(w, f,
+            "divergence hazard: reached %s at line %u (its collective #%llu) while %u lanes of its "
+            "warp wait at %s at line %u (their collective #%llu)",
+            op_name(op), line, (unsigned long long)f.coll_seq, ws.arrived, op_name(ws.op), ws.line,
+            (unsigned long long)ws.seq);
   }
+  ++f.coll_seq;
   uint32_t l = f.lane;
   ws.in0[l] = in0;
   ws.in1[l] = in1;
@@ -512,64 +762,87 @@ inline WarpState& collective(Op op, const void* in0, const void* in1, const void
   return ws;
 }
 
-inline uint32_t shuffle(Op op, unsigned mask, uint32_t v, int arg) {
+inline uint32_t shuffle(Op op, unsigned mask, uint32_t v, int arg, uint32_t line) {
   if (mask != 0xffffffffu) {
     Worker& w = *tl_worker;
-    fail_at(w, *w.cur, "%s with mask 0x%08x: the emulator supports only the full mask",
-            op_name(op), mask);
+    fail_at(w, *w.cur, "%s with mask 0x%08x at line %u: the emulator supports only the full mask", op_name(op),
+            mask, line);
   }
   Fiber& f = *tl_worker->cur;
-  return collective(op, nullptr, nullptr, nullptr, nullptr, v, uint32_t(arg)).res[f.lane];
+  return collective(op, line, nullptr, nullptr, nullptr, nullptr, v, uint32_t(arg)).res[f.lane];
 }
 
-inline float reduce(Op op, float v) {
+inline float reduce(Op op, float v, uint32_t line) {
   Fiber& f = *tl_worker->cur;
-  return bits_f32(collective(op, nullptr, nullptr, nullptr, nullptr, f32_bits(v)).res[f.lane]);
+  return bits_f32(collective(op, line, nullptr, nullptr, nullptr, nullptr, f32_bits(v)).res[f.lane]);
 }
 
-inline void syncthreads() {
+inline void syncthreads(uint32_t line) {
   Worker& w = *tl_worker;
+  Fiber& f = *w.cur;
+  if (w.at_barrier == 0) {
+    w.barrier_line = line;
+    w.barrier_seq = f.barrier_seq;
+  } else if (w.barrier_line != line || w.barrier_seq != f.barrier_seq) {
+    // One barrier instruction for the whole block: a barrier in divergent code fails here.
+    fail_at(w, f,
+            "barrier divergence hazard: reached __syncthreads at line %u (its barrier #%llu) while %u "
+            "threads wait at the one at line %u (their barrier #%llu)",
+            line, (unsigned long long)f.barrier_seq, w.at_barrier, w.barrier_line,
+            (unsigned long long)w.barrier_seq);
+  }
+  ++f.barrier_seq;
   if (w.at_barrier + 1 + w.exited == w.nthreads) {
     release_barrier(w);
     return;
   }
   ++w.at_barrier;
-  w.cur->wait = Wait::Barrier;
+  f.wait = Wait::Barrier;
   suspend(w);
 }
 
-inline void cp_async(void* dst, const void* src, int src_bytes) {
+inline void cp_async(void* dst, const void* src, int src_bytes, uint32_t line) {
   Worker& w = *tl_worker;
   Fiber& f = *w.cur;
   if (src_bytes < 0 || src_bytes > 16) {
-    fail_at(w, f, "cp_async_16 with src_bytes %d (must be 0..16)", src_bytes);
+    fail_at(w, f, "cp_async_16 at line %u with src_bytes %d (must be 0..16)", line, src_bytes);
   }
-  check_smem(w, f, dst, "cp_async_16 destination");
+  check_smem(w, f, dst, 16, 16, "cp_async_16 destination", line);
   if (src_bytes && reinterpret_cast<uintptr_t>(src) % 16) {
-    fail_at(w, f, "cp_async_16 source %p is not 16-byte aligned", src);
+    fail_at(w, f, "alignment hazard: cp_async_16 source %p at line %u is not 16-byte aligned", src, line);
+  }
+  // The source must point into its buffer even when nothing is read from it.
+  check_global(w, src, src, size_t(src_bytes), "cp_async_16 source", line);
+  if (checking_races(w)) {
+    // The copy may land at once: it writes its destination now, and stays pending until the
+    // wait that completes it.
+    shadow_access(w, f, dst, 16, true, line);
+    const uint32_t base = smem_offset(w, dst);
+    for (uint32_t off = base; off < base + 16; ++off) w.shadow[off].pending = uint16_t(f.index + 1);
   }
   f.cp.push_back(CpCopy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
-                        uint32_t(src_bytes), f.cp_committed});
+                        uint32_t(src_bytes), f.cp_committed, line, false});
+  if (w.schedule == CLEAVE_EMU_SCHEDULE_RANDOM && (splitmix64(w.rng) & 1)) land(f.cp.back());
 }
 
-inline void check_aligned(const void* p, const char* what) {
+inline void check_aligned(const void* p, const char* what, uint32_t line) {
   if (reinterpret_cast<uintptr_t>(p) % 16) {
     Worker& w = *tl_worker;
-    fail_at(w, *w.cur, "%s %p is not 16-byte aligned", what, p);
+    fail_at(w, *w.cur, "alignment hazard: %s %p at line %u is not 16-byte aligned", what, p, line);
   }
+}
+
+// A scalar or vector access of shared memory by the running thread.
+inline void smem_access(const void* p, size_t n, bool write, uint32_t line) {
+  Worker& w = *tl_worker;
+  check_smem(w, *w.cur, p, n, 1, write ? "shared-memory store" : "shared-memory load", line);
+  if (checking_races(w)) shadow_access(w, *w.cur, p, n, write, line);
 }
 
 inline const uint3& thread_idx() { return tl_worker->cur->tid; }
 inline const uint3& block_idx() { return tl_worker->block_idx; }
 inline const dim3& block_dim() { return tl_worker->block_dim; }
 inline const dim3& grid_dim() { return tl_worker->grid_dim; }
-
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Reads a positive size from the environment, accepting a K or M suffix; anything else
 // (unset, empty, zero, garbage) gives `fallback`.
@@ -618,11 +891,22 @@ inline void run_block(Worker& w, uint32_t linear) {
   uint32_t gx = w.grid_dim.x, gy = w.grid_dim.y;
   w.block_idx = uint3{linear % gx, (linear / gx) % gy, linear / (gx * gy)};
   std::memset(w.smem, 0xA5, w.smem_bytes);
+  // The block's choices depend on the seed and the block, never on which worker runs it.
+  w.rng = w.seed ^ (uint64_t(linear) * 0x9e3779b97f4a7c15ull);
+  splitmix64(w.rng);
+  // A fresh barrier interval; shadow entries of earlier blocks are older, so they never match.
+  if (w.epoch > UINT32_MAX - (1u << 24)) {
+    std::fill(w.shadow.begin(), w.shadow.end(), Shadow{});
+    w.epoch = 0;
+  }
+  ++w.epoch;
   for (Fiber& f : w.fibers) {
     f.wait = Wait::Ready;
     f.cp.clear();
     f.cp_head = 0;
     f.cp_committed = 0;
+    f.coll_seq = 0;
+    f.barrier_seq = 0;
     ctx_init(f.ctx, f.stack.lo, f.stack.size, &fiber_entry, &w);
   }
   for (WarpState& ws : w.warps) {
@@ -650,7 +934,14 @@ inline void worker_main(LaunchState& s) {
   w.body_ctx = s.body_ctx;
   w.failed = false;
   w.switches = 0;
+  w.checks = L.checks;
+  w.schedule = L.schedule;
+  w.buffers = L.buffers;
+  w.nbuffers = L.buffers ? L.nbuffers : 0;
+  w.seed = L.seed;
+  w.epoch = 0;
   w.smem_bytes = L.smem_bytes;
+  if (w.checks & CLEAVE_EMU_CHECK_RACES) w.shadow.assign(w.smem_bytes, Shadow{});
   w.smem_storage.resize(w.smem_bytes + 128);
   w.smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(w.smem_storage.data()) + 127) & ~uintptr_t(127));
@@ -775,73 +1066,83 @@ inline uint64_t switch_count() { return detail::switch_total().load(); }
 #define blockDim (::cleave::emu::detail::block_dim())
 #define gridDim (::cleave::emu::detail::grid_dim())
 
-inline void __syncthreads() { ::cleave::emu::detail::syncthreads(); }
+// Every primitive below takes the caller's source line as a defaulted last argument, for the
+// checks' messages and for matching collectives by call site.
+#define CLEAVE_EMU_LINE uint32_t line = __builtin_LINE()
 
-inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+inline void __syncthreads(CLEAVE_EMU_LINE) { ::cleave::emu::detail::syncthreads(line); }
+
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return bits_f32(shuffle(Op::ShflXor, mask, f32_bits(v), lane_mask));
+  return bits_f32(shuffle(Op::ShflXor, mask, f32_bits(v), lane_mask, line));
 }
-inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask) {
+inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return shuffle(Op::ShflXor, mask, v, lane_mask);
+  return shuffle(Op::ShflXor, mask, v, lane_mask, line);
 }
 // Without this overload an int argument would be ambiguous between the float and unsigned ones.
-inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return int(shuffle(Op::ShflXor, mask, uint32_t(v), lane_mask));
+  return int(shuffle(Op::ShflXor, mask, uint32_t(v), lane_mask, line));
 }
-inline float __shfl_sync(unsigned mask, float v, int src_lane) {
+inline float __shfl_sync(unsigned mask, float v, int src_lane, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return bits_f32(shuffle(Op::ShflIdx, mask, f32_bits(v), src_lane));
+  return bits_f32(shuffle(Op::ShflIdx, mask, f32_bits(v), src_lane, line));
 }
-inline unsigned __shfl_sync(unsigned mask, unsigned v, int src_lane) {
+inline unsigned __shfl_sync(unsigned mask, unsigned v, int src_lane, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return shuffle(Op::ShflIdx, mask, v, src_lane);
+  return shuffle(Op::ShflIdx, mask, v, src_lane, line);
 }
-inline int __shfl_sync(unsigned mask, int v, int src_lane) {
+inline int __shfl_sync(unsigned mask, int v, int src_lane, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;
-  return int(shuffle(Op::ShflIdx, mask, uint32_t(v), src_lane));
+  return int(shuffle(Op::ShflIdx, mask, uint32_t(v), src_lane, line));
 }
 
 namespace cleave {
 
-inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
-  emu::detail::collective(emu::detail::Op::MmaF16, a, b, c, d);
+inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::MmaF16, line, a, b, c, d);
 }
-inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2],
-                              const float c[4]) {
-  emu::detail::collective(emu::detail::Op::MmaBf16, a, b, c, d);
-}
-
-inline void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
-  emu::detail::collective(emu::detail::Op::LdsmX4, smem_row, nullptr, nullptr, r);
-}
-inline void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
-  emu::detail::collective(emu::detail::Op::LdsmX4Trans, smem_row, nullptr, nullptr, r);
-}
-inline void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
-  emu::detail::collective(emu::detail::Op::LdsmX2, smem_row, nullptr, nullptr, r);
-}
-inline void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row) {
-  emu::detail::collective(emu::detail::Op::LdsmX2Trans, smem_row, nullptr, nullptr, r);
+inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+                              CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::MmaBf16, line, a, b, c, d);
 }
 
-inline void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
-  emu::detail::cp_async(smem_dst, gmem_src, src_bytes);
+inline void ldmatrix_x4(uint32_t r[4], const void* smem_row, CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::LdsmX4, line, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row, CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::LdsmX4Trans, line, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x2(uint32_t r[2], const void* smem_row, CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::LdsmX2, line, smem_row, nullptr, nullptr, r);
+}
+inline void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row, CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::LdsmX2Trans, line, smem_row, nullptr, nullptr, r);
+}
+
+inline void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, CLEAVE_EMU_LINE) {
+  emu::detail::cp_async(smem_dst, gmem_src, src_bytes, line);
 }
 inline void cp_async_commit() { ++emu::detail::tl_worker->cur->cp_committed; }
 template <int N>
 inline void cp_async_wait() {
   static_assert(N >= 0, "cp_async_wait<N> needs N >= 0");
-  emu::detail::cp_drain(*emu::detail::tl_worker->cur, uint64_t(N));
+  emu::detail::Worker& w = *emu::detail::tl_worker;
+  emu::detail::cp_drain(w, *w.cur, uint64_t(N));
 }
 
-inline float quad_max(float v) { return emu::detail::reduce(emu::detail::Op::QuadMax, v); }
-inline float quad_sum(float v) { return emu::detail::reduce(emu::detail::Op::QuadSum, v); }
-inline float warp_max(float v) { return emu::detail::reduce(emu::detail::Op::WarpMax, v); }
-inline float warp_sum(float v) { return emu::detail::reduce(emu::detail::Op::WarpSum, v); }
+inline float quad_max(float v, CLEAVE_EMU_LINE) { return emu::detail::reduce(emu::detail::Op::QuadMax, v, line); }
+inline float quad_sum(float v, CLEAVE_EMU_LINE) { return emu::detail::reduce(emu::detail::Op::QuadSum, v, line); }
+inline float warp_max(float v, CLEAVE_EMU_LINE) { return emu::detail::reduce(emu::detail::Op::WarpMax, v, line); }
+inline float warp_sum(float v, CLEAVE_EMU_LINE) { return emu::detail::reduce(emu::detail::Op::WarpSum, v, line); }
 
-inline float fast_exp2(float x) { return exp2f(x); }
+// The device's ex2.approx.ftz flushes subnormal results to zero; that is modelled. Its
+// approximation error (about 2 ulp) is not: the emulator's exp2f is closer to exact.
+inline float fast_exp2(float x) {
+  float r = exp2f(x);
+  return std::fabs(r) < 1.17549435e-38f ? 0.0f : r;
+}
 
 inline uint32_t pack_half2(float lo, float hi) {
   return uint32_t(from_float<half>(lo).bits) | (uint32_t(from_float<half>(hi).bits) << 16);
@@ -859,19 +1160,61 @@ inline float2 unpack_bf162(uint32_t v) {
 }
 
 // The device's 16-byte vector accesses fault on misaligned addresses; here that is an error.
-inline void st_global_16(void* gmem, const void* src16) {
-  emu::detail::check_aligned(gmem, "st_global_16 destination");
-  emu::detail::check_aligned(src16, "st_global_16 source");
+// The shared-memory side, when there is one, is a checked shared access like any other.
+inline void st_global_16(void* gmem, const void* src16, CLEAVE_EMU_LINE) {
+  emu::detail::check_aligned(gmem, "st_global_16 destination", line);
+  emu::detail::check_aligned(src16, "st_global_16 source", line);
+  emu::detail::Worker& w = *emu::detail::tl_worker;
+  emu::detail::check_global(w, gmem, gmem, 16, "st_global_16", line);
+  if (emu::detail::in_smem(w, src16)) emu::detail::smem_access(src16, 16, false, line);
   std::memcpy(gmem, src16, 16);
 }
-inline void ld_global_16(void* dst16, const void* gmem) {
-  emu::detail::check_aligned(dst16, "ld_global_16 destination");
-  emu::detail::check_aligned(gmem, "ld_global_16 source");
+inline void ld_global_16(void* dst16, const void* gmem, CLEAVE_EMU_LINE) {
+  emu::detail::check_aligned(dst16, "ld_global_16 destination", line);
+  emu::detail::check_aligned(gmem, "ld_global_16 source", line);
+  emu::detail::Worker& w = *emu::detail::tl_worker;
+  emu::detail::check_global(w, gmem, gmem, 16, "ld_global_16", line);
+  if (emu::detail::in_smem(w, dst16)) emu::detail::smem_access(dst16, 16, true, line);
   std::memcpy(dst16, gmem, 16);
+}
+
+// Scalar accesses of generated kernels: shared memory at a byte address, global memory as
+// element `i` of the array at `p`.
+template <class T>
+inline T ld_shared(const void* p, CLEAVE_EMU_LINE) {
+  emu::detail::smem_access(p, sizeof(T), false, line);
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T>
+inline void st_shared(void* p, T v, CLEAVE_EMU_LINE) {
+  emu::detail::smem_access(p, sizeof(T), true, line);
+  std::memcpy(p, &v, sizeof(T));
+}
+// The address of element `i` of `p`, computed as an integer: an out-of-range `p + i` is what
+// the check is there to catch, so it must not be pointer arithmetic.
+template <class T>
+inline const void* element_address(const T* p, long long i) {
+  return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(i) * sizeof(T));
+}
+template <class T>
+inline T ld_global(const T* p, long long i, CLEAVE_EMU_LINE) {
+  emu::detail::check_global(*emu::detail::tl_worker, p, element_address(p, i), sizeof(T), "global load", line);
+  T v;
+  std::memcpy(&v, p + i, sizeof(T));
+  return v;
+}
+template <class T>
+inline void st_global(T* p, long long i, T v, CLEAVE_EMU_LINE) {
+  emu::detail::check_global(*emu::detail::tl_worker, p, element_address(p, i), sizeof(T), "global store", line);
+  std::memcpy(p + i, &v, sizeof(T));
 }
 
 inline unsigned char* dynamic_smem() { return emu::detail::tl_worker->smem; }
 
 }  // namespace cleave
+
+#undef CLEAVE_EMU_LINE
 
 #pragma GCC visibility pop

@@ -193,6 +193,25 @@ __device__ __forceinline__ void ld_global_16(void* dst16, const void* gmem) {
   *static_cast<uint4*>(dst16) = v;
 }
 
+// Scalar accesses of generated kernels: shared memory at a byte address, global memory as
+// element `i` of the array at `p`. Plain loads and stores here; the emulator checks them.
+template <class T>
+__device__ __forceinline__ T ld_shared(const void* p) {
+  return *static_cast<const T*>(p);
+}
+template <class T>
+__device__ __forceinline__ void st_shared(void* p, T v) {
+  *static_cast<T*>(p) = v;
+}
+template <class T>
+__device__ __forceinline__ T ld_global(const T* p, long long i) {
+  return p[i];
+}
+template <class T>
+__device__ __forceinline__ void st_global(T* p, long long i, T v) {
+  p[i] = v;
+}
+
 __device__ __forceinline__ unsigned char* dynamic_smem() {
   extern __shared__ __align__(128) unsigned char cleave_dynamic_smem[];
   return cleave_dynamic_smem;

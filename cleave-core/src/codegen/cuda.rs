@@ -263,7 +263,7 @@ impl Gen<'_> {
                 let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
                 let r = if rows == 1 { "0" } else { "row" };
                 let c = if cols == 1 { "0" } else { "col" };
-                format!("cleave::to_float(*(const {}*){})", ctype(dtype), self.tile_ptr(*b, r, c))
+                format!("cleave::to_float(cleave::ld_shared<{}>({}))", ctype(dtype), self.tile_ptr(*b, r, c))
             }
             Expr::Unary(u, a) => {
                 let x = self.expr(a);
@@ -421,11 +421,11 @@ impl Gen<'_> {
             let rows = self.k.rows;
             self.line("{");
             self.depth += 1;
-            self.line(&format!("float* scratch = (float*)(smem + {});", self.scratch_offset()));
+            self.line(&format!("unsigned char* scratch = smem + {};", self.scratch_offset()));
             self.line("if (t == 0) {");
             self.depth += 1;
             self.open_rows();
-            self.line(&format!("scratch[wn * {rows} + row] = cross[mi][h];"));
+            self.line(&format!("cleave::st_shared<float>(scratch + 4 * (wn * {rows} + row), cross[mi][h]);"));
             self.close();
             self.depth -= 1;
             self.line("}");
@@ -433,7 +433,7 @@ impl Gen<'_> {
             self.open_rows();
             self.line(&format!("float part = {init};"));
             self.line(&format!(
-                "for (int w = 0; w < {}; ++w) part = {combine}(part, scratch[w * {rows} + row]);",
+                "for (int w = 0; w < {}; ++w) part = {combine}(part, cleave::ld_shared<float>(scratch + 4 * (w * {rows} + row)));",
                 self.k.warps.n
             ));
             if acc {
@@ -632,7 +632,7 @@ impl Gen<'_> {
             self.line(&format!("const int r = ei / {cols}, c = ei % {cols};"));
             self.line(&format!("const bool ok = {ok};"));
             self.line(&format!(
-                "*({}*)({base} + cleave_off<{}, {}, {}>(r, c)) = ok ? {src}[{idx}] : cleave::from_float<{}>(0.0f);",
+                "cleave::st_shared<{}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, {idx}) : cleave::from_float<{}>(0.0f));",
                 ctype(dtype),
                 g.row_bytes,
                 g.size,
@@ -654,7 +654,7 @@ impl Gen<'_> {
             self.line("(void)ni; (void)e;");
             let v = self.expr(expr);
             self.line(&format!(
-                "if (t == 0 && wn == 0 && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});",
+                "if (t == 0 && wn == 0 && {ok}) cleave::st_global(p{}, {idx}, cleave::from_float<{}>({v}));",
                 param.0,
                 ctype(p.dtype)
             ));
@@ -662,7 +662,7 @@ impl Gen<'_> {
             self.open_cols(cols);
             let v = self.expr(expr);
             self.line(&format!(
-                "if (col < {cols} && {ok}) p{}[{idx}] = cleave::from_float<{}>({v});",
+                "if (col < {cols} && {ok}) cleave::st_global(p{}, {idx}, cleave::from_float<{}>({v}));",
                 param.0,
                 ctype(p.dtype)
             ));
@@ -690,7 +690,7 @@ impl Gen<'_> {
         self.open_cols(cols);
         let v = self.expr(expr);
         let ptr = self.tile_ptr(st, "row", "col");
-        self.line(&format!("*({t}*){ptr} = cleave::from_float<{t}>({v});"));
+        self.line(&format!("cleave::st_shared<{t}>({ptr}, cleave::from_float<{t}>({v}));"));
         self.close();
         self.close();
         self.line("__syncthreads();");
@@ -707,7 +707,10 @@ impl Gen<'_> {
         self.line("if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {");
         self.line("  cleave::st_global_16(dst, src);");
         self.line("} else {");
-        self.line(&format!("  for (int e = 0; e < {epc}; ++e) dst[e] = reinterpret_cast<const {t}*>(src)[e];"));
+        self.line(&format!(
+            "  for (int e = 0; e < {epc}; ++e) cleave::st_global(dst, e, cleave::ld_shared<{t}>(src + e * {}));",
+            g.size
+        ));
         self.line("}");
         self.close();
     }

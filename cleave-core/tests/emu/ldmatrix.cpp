@@ -227,14 +227,14 @@ void matmul64(const char* name, void (*mma)(float*, const uint32_t*, const uint3
 
 int main() {
   for (uint64_t seed = 1; seed <= 2; ++seed) {
-    layout_case("ldmatrix_x4", &cleave::ldmatrix_x4, 4, false, seed);
-    layout_case("ldmatrix_x4_trans", &cleave::ldmatrix_x4_trans, 4, true, seed + 10);
-    layout_case("ldmatrix_x2", &cleave::ldmatrix_x2, 2, false, seed + 20);
-    layout_case("ldmatrix_x2_trans", &cleave::ldmatrix_x2_trans, 2, true, seed + 30);
+    layout_case("ldmatrix_x4", [](uint32_t* r, const void* p) { cleave::ldmatrix_x4(r, p); }, 4, false, seed);
+    layout_case("ldmatrix_x4_trans", [](uint32_t* r, const void* p) { cleave::ldmatrix_x4_trans(r, p); }, 4, true, seed + 10);
+    layout_case("ldmatrix_x2", [](uint32_t* r, const void* p) { cleave::ldmatrix_x2(r, p); }, 2, false, seed + 20);
+    layout_case("ldmatrix_x2_trans", [](uint32_t* r, const void* p) { cleave::ldmatrix_x2_trans(r, p); }, 2, true, seed + 30);
     matmul16(seed + 40);
   }
   swizzle_banks();
-  matmul64<half>("matmul64 f16", &cleave::mma_m16n8k16, 7);
-  matmul64<bf16>("matmul64 bf16", &cleave::mma_m16n8k16_bf16, 8);
+  matmul64<half>("matmul64 f16", [](float* d, const uint32_t* a, const uint32_t* b, const float* c) { cleave::mma_m16n8k16(d, a, b, c); }, 7);
+  matmul64<bf16>("matmul64 bf16", [](float* d, const uint32_t* a, const uint32_t* b, const float* c) { cleave::mma_m16n8k16_bf16(d, a, b, c); }, 8);
   return test::finish("ldmatrix");
 }

@@ -89,8 +89,8 @@ void run_case(const char* name, MmaFn mma, uint64_t seed) {
 
 int main() {
   for (uint64_t seed = 1; seed <= 3; ++seed) {
-    run_case<half>("mma f16", &cleave::mma_m16n8k16, seed);
-    run_case<bf16>("mma bf16", &cleave::mma_m16n8k16_bf16, seed + 100);
+    run_case<half>("mma f16", [](float* d, const uint32_t* a, const uint32_t* b, const float* c) { cleave::mma_m16n8k16(d, a, b, c); }, seed);
+    run_case<bf16>("mma bf16", [](float* d, const uint32_t* a, const uint32_t* b, const float* c) { cleave::mma_m16n8k16_bf16(d, a, b, c); }, seed + 100);
   }
   return test::finish("mma");
 }
