@@ -154,3 +154,39 @@ fn run_reports_the_error_last_and_rejects_bad_options() {
     assert_eq!(code, 1);
     assert!(err.contains("unknown backend"), "{err}");
 }
+
+#[test]
+fn run_emulates_an_edited_emitted_kernel_and_reports_its_race() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("edited");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    let (code, _, err) = cleave(&["emit", KERNELS, "--kernel", "mha_d64_decode", "--target", "cuda", "--out", &d]);
+    assert_eq!(code, 0, "{err}");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", KERNELS, "--kernel", "mha_d64_decode", "--backend", "emulate", "--source", &d];
+        args.extend(extra);
+        cleave(&args)
+    };
+    // As emitted, it passes.
+    let (code, out, err) = run(&["--dims", "b=3,l=150"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Without the barrier after the pipeline's wait, other threads read a tile some thread's
+    // copy just completed: a race, exit 1.
+    let path = dir.join("mha_d64_decode.cu");
+    let source = std::fs::read_to_string(&path).expect("emitted source");
+    let wait = "cleave::cp_async_wait<1>();\n";
+    let at = source.find(wait).expect("a pipelined loop") + wait.len();
+    let barrier = source[at..].find("__syncthreads();").expect("its barrier") + at;
+    std::fs::write(&path, format!("{}{}", &source[..barrier], &source[barrier + "__syncthreads();".len()..]))
+        .expect("write the edit");
+    let (code, _, err) = run(&["--dims", "b=3,l=150"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("shared-memory race (read-after-write)") && err.contains("at line"), "{err}");
+    // Bad values of the checking options are user errors.
+    let (code, _, err) = run(&["--checks", "raecs"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--checks: unknown check `raecs`"), "{err}");
+    let (code, _, err) = cleave(&["run", KERNELS, "--kernel", "mha_d64_decode", "--source", "/nonexistent/dir"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--source: /nonexistent/dir/mha_d64_decode.cu: cannot read"), "{err}");
+}
