@@ -93,6 +93,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "graph",
             "index",
             "arch",
+            "xfloat",
             "eval",
             "reference",
             "front",

@@ -30,6 +30,7 @@ pub mod hash;
 pub mod graph;
 pub mod index;
 pub mod arch;
+pub mod xfloat;
 pub mod eval;
 pub mod reference;
 pub mod front;

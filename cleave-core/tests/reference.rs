@@ -126,3 +126,31 @@ fn random_inputs_are_seeded_and_rounded_to_their_dtype() {
     }
     assert!(a[0].data.iter().any(|x| *x != 0.0));
 }
+
+#[test]
+fn exps_past_the_f64_range_give_finite_truth() {
+    // A softmax over logits near 800 and a log-sum-exp near 5000: every exp is beyond f64, the
+    // results are ordinary numbers.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: k
+    dims: { m: 1, n: 3 }
+    inputs: { x: "f32[m, n]" }
+    outputs: { p: "f32[m, n]", l: "f32[m, 1]" }
+    body: |
+      p = softmax(x, axis=-1)
+      l = log(sum(exp(x * 6.0), axis=-1))
+"#,
+    );
+    let b = Bindings::of_table(&g.dims);
+    let x = [800.0, 801.0, 799.0];
+    let out = eval(&g, &b, &[t(&[1, 3], &x)]).unwrap();
+    let z: f64 = x.iter().map(|v| (v - 801.0f64).exp()).sum();
+    for (got, v) in out[0].data.iter().zip(x) {
+        let want = (v - 801.0).exp() / z;
+        assert!((got - want).abs() < 1e-15, "{got} {want}");
+    }
+    let lse = 4806.0 + x.iter().map(|v| (6.0 * v - 4806.0f64).exp()).sum::<f64>().ln();
+    assert!((out[1].data[0] - lse).abs() < 1e-9, "{} {lse}", out[1].data[0]);
+}

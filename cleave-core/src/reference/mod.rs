@@ -1,14 +1,19 @@
 //! The f64 reference interpreter: the executable specification of a graph.
 //!
-//! Every op is evaluated exactly as its definition says, in double precision, with no
-//! reassociation and no stabilization: `softmax` is `exp(x) / sum(exp(x))` literally. Later
-//! stages (the itGraph interpreter, the host emulation of generated CUDA) are checked against
-//! it. A `split` is evaluated only when its count divides the axis; ragged splits exist only
-//! inside schedules, which are always checked against the original, unsplit graph.
+//! Every op is evaluated exactly as its definition says, with f64 precision and no
+//! reassociation and no stabilization: `softmax` is `exp(x) / sum(exp(x))` literally. Values
+//! are [`X64`]s, f64 mantissas with an unbounded exponent, so `exp(800)` and sums of such
+//! terms are finite and exact to f64 precision: a test at large magnitudes compares against
+//! the true values, and nothing here depends on how the scheduler stabilizes. Later stages (the
+//! tile interpreter, the host emulation of generated CUDA) are checked against it. A `split` is
+//! evaluated only when its count divides the axis; ragged splits exist only inside schedules,
+//! which are always checked against the original, unsplit graph.
 
 mod random;
 
 use std::convert::Infallible;
+
+use crate::xfloat::X64;
 
 pub use random::{random_inputs, InputScale, Rng};
 
@@ -19,40 +24,58 @@ use crate::graph::{BinaryOp, Bindings, NodeId, ReduceOp, UnaryOp, ValidGraph};
 /// A dense row-major tensor of f64.
 pub type Tensor = Dense<f64>;
 
-/// The real numbers, in f64: every op exactly as its definition says.
+/// The real numbers, with f64 precision and no exponent limit: every op exactly as its
+/// definition says.
 struct Real;
 
 impl Domain for Real {
-    type Value = f64;
+    type Value = X64;
     type Error = Infallible;
 
-    fn constant(&self, c: f64) -> Result<f64, Infallible> {
-        Ok(c)
+    fn constant(&self, c: f64) -> Result<X64, Infallible> {
+        Ok(X64::from_f64(c))
     }
 
-    fn count(&self, n: usize) -> Result<f64, Infallible> {
-        Ok(n as f64)
+    fn count(&self, n: usize) -> Result<X64, Infallible> {
+        Ok(X64::from_f64(n as f64))
     }
 
-    fn zero(&self) -> f64 {
-        0.0
+    fn zero(&self) -> X64 {
+        X64::zero()
     }
 
-    fn unary(&self, op: UnaryOp, x: f64) -> Result<f64, Infallible> {
-        Ok(op.eval(x))
+    fn unary(&self, op: UnaryOp, x: X64) -> Result<X64, Infallible> {
+        let one = X64::one();
+        Ok(match op {
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => one.div(x.sqrt()),
+            UnaryOp::Square => x.mul(x),
+            UnaryOp::Recip => one.div(x),
+            UnaryOp::Silu => x.silu(),
+            UnaryOp::Sigmoid => x.sigmoid(),
+            UnaryOp::Gelu => x.gelu(),
+            UnaryOp::Neg => x.neg(),
+        })
     }
 
-    fn binary(&self, op: BinaryOp, x: f64, y: f64) -> Result<f64, Infallible> {
-        Ok(op.eval(x, y))
+    fn binary(&self, op: BinaryOp, x: X64, y: X64) -> Result<X64, Infallible> {
+        Ok(match op {
+            BinaryOp::Add => x.add(y),
+            BinaryOp::Sub => x.sub(y),
+            BinaryOp::Mul => x.mul(y),
+            BinaryOp::Div => x.div(y),
+            BinaryOp::Max => x.max(y),
+        })
     }
 
-    fn mul_add(&self, acc: f64, x: f64, y: f64) -> f64 {
-        acc + x * y
+    fn mul_add(&self, acc: X64, x: X64, y: X64) -> X64 {
+        acc.add(x.mul(y))
     }
 
-    fn reduce_start(&self, op: ReduceOp) -> Option<f64> {
-        // The starts of `Iterator::sum` and of a running maximum.
-        Some(if op == ReduceOp::Max { f64::NEG_INFINITY } else { -0.0 })
+    fn reduce_start(&self, op: ReduceOp) -> Option<X64> {
+        Some(if op == ReduceOp::Max { X64::from_f64(f64::NEG_INFINITY) } else { X64::zero() })
     }
 }
 
@@ -87,8 +110,12 @@ pub fn eval_nodes(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor]) ->
     if inputs.len() != graph.inputs.len() {
         return Err(RefError::InputCount { want: graph.inputs.len(), got: inputs.len() });
     }
+    let inputs: Vec<Dense<X64>> = inputs
+        .iter()
+        .map(|t| Dense { shape: t.shape.clone(), data: t.data.iter().map(|&v| X64::from_f64(v)).collect() })
+        .collect();
     let mut values = Vec::with_capacity(graph.nodes.len());
-    eval_into(&Real, &graph.nodes, bindings, inputs, MAX_ELEMS, &mut values).map_err(|e| match e {
+    eval_into(&Real, &graph.nodes, bindings, &inputs, MAX_ELEMS, &mut values).map_err(|e| match e {
         EvalError::MissingInput(_) => RefError::InputCount { want: graph.inputs.len(), got: inputs.len() },
         EvalError::InputShape { input, want, got } => {
             RefError::InputShape { name: graph.inputs[input].decl.name.clone(), want, got }
@@ -97,7 +124,10 @@ pub fn eval_nodes(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor]) ->
         EvalError::TooLarge(n) => RefError::TooLarge(n),
         EvalError::Domain(never) => match never {},
     })?;
-    Ok(values)
+    Ok(values
+        .into_iter()
+        .map(|t| Tensor { shape: t.shape, data: t.data.into_iter().map(X64::to_f64).collect() })
+        .collect())
 }
 
 /// The reference value of one node, for tests and diagnostics.
