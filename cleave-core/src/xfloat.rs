@@ -160,13 +160,7 @@ impl<F: Mantissa> XFloat<F> {
         self.m.is_nan()
     }
 
-    /// Negation.
-    pub fn neg(self) -> Self {
-        XFloat { m: -self.m, e: self.e }
-    }
-
-    /// The sum.
-    pub fn add(self, o: Self) -> Self {
+    fn sum(self, o: Self) -> Self {
         if !self.m.is_finite() || !o.m.is_finite() {
             return XFloat { m: self.m + o.m, e: 0 };
         }
@@ -183,21 +177,6 @@ impl<F: Mantissa> XFloat<F> {
             return big;
         }
         Self::norm(big.m + small.m.scale(-d), big.e)
-    }
-
-    /// The difference.
-    pub fn sub(self, o: Self) -> Self {
-        self.add(o.neg())
-    }
-
-    /// The product.
-    pub fn mul(self, o: Self) -> Self {
-        Self::norm(self.m * o.m, self.e + o.e)
-    }
-
-    /// The quotient.
-    pub fn div(self, o: Self) -> Self {
-        Self::norm(self.m / o.m, self.e - o.e)
     }
 
     /// The larger; a NaN operand is ignored, as `fmaxf` does.
@@ -263,8 +242,8 @@ impl<F: Mantissa> XFloat<F> {
         }
         // Beyond: x = n ln2 + r with |r| <= ln2 / 2, ln2 in two parts (Cody and Waite) so that
         // n ln2 is exact for |n| < 2^21 and e^r keeps f64 precision.
-        const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
-        const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+        const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+        const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
         let n = (x * std::f64::consts::LOG2_E).round();
         let r = (x - n * LN2_HI) - n * LN2_LO;
         Self::norm(F::of_f64(r.exp()), n as i64)
@@ -289,12 +268,12 @@ impl<F: Mantissa> XFloat<F> {
 
     /// `1 / (1 + e^-x)`.
     pub fn sigmoid(self) -> Self {
-        Self::one().div(Self::one().add(self.neg().exp()))
+        Self::one() / (Self::one() + (-self).exp())
     }
 
     /// `x / (1 + e^-x)`.
     pub fn silu(self) -> Self {
-        self.div(Self::one().add(self.neg().exp()))
+        self / (Self::one() + (-self).exp())
     }
 
     /// `0.5 x (1 + erf(x / √2))`, the exact form.
@@ -302,7 +281,42 @@ impl<F: Mantissa> XFloat<F> {
         // erf saturates to ±1 long before f64 runs out: evaluate it on the clamped value.
         let x = self.to_f64().clamp(-30.0, 30.0);
         let erf = crate::graph::erf(x / std::f64::consts::SQRT_2);
-        Self::from_f64(0.5).mul(self).mul(Self::from_f64(1.0 + erf))
+        Self::from_f64(0.5) * self * Self::from_f64(1.0 + erf)
+    }
+}
+
+impl<F: Mantissa> std::ops::Neg for XFloat<F> {
+    type Output = Self;
+    fn neg(self) -> Self {
+        XFloat { m: -self.m, e: self.e }
+    }
+}
+
+impl<F: Mantissa> std::ops::Add for XFloat<F> {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        self.sum(o)
+    }
+}
+
+impl<F: Mantissa> std::ops::Sub for XFloat<F> {
+    type Output = Self;
+    fn sub(self, o: Self) -> Self {
+        self.sum(-o)
+    }
+}
+
+impl<F: Mantissa> std::ops::Mul for XFloat<F> {
+    type Output = Self;
+    fn mul(self, o: Self) -> Self {
+        Self::norm(self.m * o.m, self.e + o.e)
+    }
+}
+
+impl<F: Mantissa> std::ops::Div for XFloat<F> {
+    type Output = Self;
+    fn div(self, o: Self) -> Self {
+        Self::norm(self.m / o.m, self.e - o.e)
     }
 }
 
@@ -342,20 +356,20 @@ mod tests {
         for &a in &vals {
             for &b in &vals {
                 let (xa, xb) = (x64(a), x64(b));
-                assert_eq!(xa.add(xb).to_f64(), a + b, "{a} + {b}");
-                assert_eq!(xa.sub(xb).to_f64(), a - b, "{a} - {b}");
+                assert_eq!((xa + xb).to_f64(), a + b, "{a} + {b}");
+                assert_eq!((xa - xb).to_f64(), a - b, "{a} - {b}");
                 if (a * b).is_finite() {
-                    assert_eq!(xa.mul(xb).to_f64(), a * b, "{a} * {b}");
+                    assert_eq!((xa * xb).to_f64(), a * b, "{a} * {b}");
                 }
                 if b != 0.0 {
-                    assert_eq!(xa.div(xb).to_f64(), a / b, "{a} / {b}");
+                    assert_eq!((xa / xb).to_f64(), a / b, "{a} / {b}");
                 }
                 assert_eq!(xa.max(xb).to_f64(), a.max(b), "max {a} {b}");
             }
         }
         let f = |v: f32| X32::from_float(v);
-        assert_eq!(f(1.5).add(f(1e-3)).to_float(), 1.5f32 + 1e-3);
-        assert_eq!(f(3.0).mul(f(7.0)).to_float(), 21.0);
+        assert_eq!((f(1.5) + f(1e-3)).to_float(), 1.5f32 + 1e-3);
+        assert_eq!((f(3.0) * f(7.0)).to_float(), 21.0);
     }
 
     #[test]
@@ -363,7 +377,7 @@ mod tests {
         // exp(800) / (exp(800) + exp(799)) = 1 / (1 + 1/e).
         let a = x64(800.0).exp();
         let b = x64(799.0).exp();
-        let r = a.div(a.add(b)).to_f64();
+        let r = (a / (a + b)).to_f64();
         let want = 1.0 / (1.0 + (-1.0f64).exp());
         assert!((r - want).abs() < 4e-16, "{r} {want}");
         // ln(exp(5000)) = 5000, and the same through an f32 mantissa.
@@ -371,16 +385,16 @@ mod tests {
         let big = X32::from_float(300.0).exp();
         assert_eq!(big.to_float(), f32::INFINITY);
         assert!((big.ln().to_float() - 300.0).abs() < 1e-4);
-        assert!((big.div(big.add(big)).to_float() - 0.5).abs() < 1e-7);
+        assert!(((big / (big + big)).to_float() - 0.5).abs() < 1e-7);
         // A tiny term below the larger one's ulp leaves it unchanged; zero stays zero.
-        assert_eq!(x64(1.0).add(x64(1e-30)).to_f64(), 1.0);
-        assert_eq!(x64(-800.0).exp().mul(x64(0.0)).to_f64(), 0.0);
+        assert_eq!((x64(1.0) + x64(1e-30)).to_f64(), 1.0);
+        assert_eq!((x64(-800.0).exp() * x64(0.0)).to_f64(), 0.0);
     }
 
     #[test]
     fn special_values_behave_like_floats() {
-        assert!(x64(0.0).div(x64(0.0)).is_nan());
-        assert_eq!(x64(1.0).div(x64(0.0)).to_f64(), f64::INFINITY);
+        assert!((x64(0.0) / x64(0.0)).is_nan());
+        assert_eq!((x64(1.0) / x64(0.0)).to_f64(), f64::INFINITY);
         assert!(x64(-1.0).ln().is_nan());
         assert_eq!(x64(0.0).ln().to_f64(), f64::NEG_INFINITY);
         assert!(x64(-4.0).sqrt().is_nan());

@@ -50,28 +50,28 @@ impl Domain for Real {
             UnaryOp::Exp => x.exp(),
             UnaryOp::Log => x.ln(),
             UnaryOp::Sqrt => x.sqrt(),
-            UnaryOp::Rsqrt => one.div(x.sqrt()),
-            UnaryOp::Square => x.mul(x),
-            UnaryOp::Recip => one.div(x),
+            UnaryOp::Rsqrt => one / x.sqrt(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => one / x,
             UnaryOp::Silu => x.silu(),
             UnaryOp::Sigmoid => x.sigmoid(),
             UnaryOp::Gelu => x.gelu(),
-            UnaryOp::Neg => x.neg(),
+            UnaryOp::Neg => -x,
         })
     }
 
     fn binary(&self, op: BinaryOp, x: X64, y: X64) -> Result<X64, Infallible> {
         Ok(match op {
-            BinaryOp::Add => x.add(y),
-            BinaryOp::Sub => x.sub(y),
-            BinaryOp::Mul => x.mul(y),
-            BinaryOp::Div => x.div(y),
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
             BinaryOp::Max => x.max(y),
         })
     }
 
     fn mul_add(&self, acc: X64, x: X64, y: X64) -> X64 {
-        acc.add(x.mul(y))
+        acc + x * y
     }
 
     fn reduce_start(&self, op: ReduceOp) -> Option<X64> {
