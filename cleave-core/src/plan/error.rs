@@ -55,6 +55,19 @@ pub enum PlanError {
     /// A product whose register operand would be rounded to 16 bits before an exp.
     #[error("a product that feeds an exp would round its left operand to 16 bits")]
     RoundedBeforeExp,
+    /// A product whose operands the tensor-core path cannot take: both must be f16 or both
+    /// bf16 (a register operand is rounded to the other's type).
+    #[error("a matmul of {a} and {b} operands (the tensor-core path takes f16 x f16 or bf16 x bf16)")]
+    MatmulDtypes {
+        /// The left operand's type (`registers` for a computed one).
+        a: &'static str,
+        /// The right operand's type.
+        b: &'static str,
+    },
+    /// An exp that no reduction of its loop level stabilizes: its f32 value could overflow
+    /// where the true result does not.
+    #[error("node %{} is an exp that no row reduction stabilizes", .0.0)]
+    UnstabilizedExp(NodeId),
     /// A matmul with a constant operand.
     #[error("a matmul with a constant operand")]
     ConstantMatmulOperand,
@@ -79,9 +92,11 @@ pub enum PlanError {
     /// A reduction over a non-last axis whose tile is more than one slice.
     #[error("a reduction over a non-last axis that is not iterated one slice at a time")]
     NonLastReductionTile,
-    /// An exp that reaches a reduction through an op that is not linear in it.
-    #[error("node %{} uses an exp non-linearly on its way to a reduction", .0.0)]
-    NonLinearExp(NodeId),
+    /// A reduction of an exp that no running max per block row can stabilize: the exp reaches
+    /// it through an op that is not linear in it, as a product's right operand, or along an
+    /// axis other than the last.
+    #[error("node %{} reduces an exp in a way a running max per row cannot stabilize", .0.0)]
+    ExpReduction(NodeId),
     /// An exp feeding both loop accumulators and one-shot reductions.
     #[error("an exp feeding both loop accumulators and one-shot reductions")]
     MixedExpReductions,
@@ -115,7 +130,9 @@ impl PlanError {
             PlanError::OutputNotComputed(_) => "an output that was never computed".into(),
             PlanError::UsedBeforeComputed(_) => "a value used before it is computed".into(),
             PlanError::MissingAccumulator(_) => "a missing accumulator".into(),
-            PlanError::NonLinearExp(_) => "an exp used non-linearly on its way to a reduction".into(),
+            PlanError::ExpReduction(_) => "a reduction of an exp that a running max per row cannot stabilize".into(),
+            PlanError::UnstabilizedExp(_) => "an exp that no row reduction stabilizes".into(),
+            PlanError::MatmulDtypes { .. } => "a matmul whose operand types the tensor cores cannot take".into(),
             PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),
             PlanError::MatmulColumns { .. } => "a matmul tile whose columns are not a multiple of 8".into(),
             other => other.to_string(),

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::stabilize::Stabilized;
 use super::{Lowerer, Scale, Value};
-use crate::graph::{BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
 use crate::index::TMap;
 use crate::plan::error::PlanError;
 use crate::plan::program::{BufId, BufKind, Expr, MmaA, MmaB, Src, Stmt};
@@ -266,6 +266,20 @@ impl Lowerer<'_> {
             }
             _ => return Err(PlanError::ComputedRightOperand),
         };
+        // The tensor cores multiply two f16 or two bf16 operands; a register operand is packed
+        // to the right operand's type. Anything else (f32, or one of each) is the fallback's.
+        let dtype_of = |b: BufId| match self.bufs[b.0 as usize].kind {
+            BufKind::Smem { dtype, .. } => Some(dtype),
+            _ => None,
+        };
+        let bt = dtype_of(mb.buf).unwrap_or(DType::F32);
+        let at = match ma {
+            MmaA::Smem { buf, .. } => dtype_of(buf),
+            MmaA::Frag(_) => None,
+        };
+        if bt == DType::F32 || at.is_some_and(|t| t != bt) {
+            return Err(PlanError::MatmulDtypes { a: at.map_or("registers", DType::name), b: bt.name() });
+        }
         if k % 16 != 0 {
             return Err(PlanError::ContractionTile { k });
         }

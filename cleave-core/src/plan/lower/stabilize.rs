@@ -4,10 +4,16 @@
 //! stored as `x · exp(m)` next to their `m`). A source is stabilized when it reaches
 //! reductions only through ops linear in it: negation, a split, a product or quotient by an
 //! independent value, sums and differences of linear values, and, for a matmul, the left
-//! operand (the running max is per row of the left operand). Each such reduction then sees
+//! operand (the running max is per row of the left operand); an exp's reductions must also
+//! run along the last axis, the one a row's running max covers. Each such reduction then sees
 //! values on one common scale, and rescaling its accumulator when the max grows keeps it
 //! exact. Values computed from a reduction are tracked by the lowering's scale degrees and need
 //! not be linear.
+//!
+//! Every exp must be stabilized: one that reaches a reduction any other way, or reaches none
+//! (whose f32 value could overflow where the true result, after later ops, would not), makes
+//! the schedule fail, and the graph goes to the fallback kernels, whose extended exponent needs
+//! no running max.
 //!
 //! The analysis is a pure function of the graph, one loop level and which inputs are scaled;
 //! the lowering runs it once per level and [`rescale`](super::rescale) writes what it decides.
@@ -62,12 +68,15 @@ pub fn analyze(
     // Scaled partials stored with the same running max merge under one running max here.
     let mut first_with_max: BTreeMap<Binding, NodeId> = BTreeMap::new();
     for src in sources {
-        let (reds, nonlinear) = linear_reductions(g, src, &ops);
-        if reds.is_empty() {
-            continue;
+        let (reds, unstabilizable) = linear_reductions(g, src, &ops);
+        if let Some(bad) = unstabilizable {
+            return Err(PlanError::ExpReduction(bad));
         }
-        if let Some(bad) = nonlinear {
-            return Err(PlanError::NonLinearExp(bad));
+        if reds.is_empty() {
+            if g.node(src).op.is_leaf() {
+                continue;
+            }
+            return Err(PlanError::UnstabilizedExp(src));
         }
         let in_loop: Vec<NodeId> = reds.iter().copied().filter(|r| accs.contains(r)).collect();
         if !in_loop.is_empty() && in_loop.len() != reds.len() {
@@ -93,7 +102,7 @@ pub fn analyze(
 }
 
 /// The reductions of `ops` that consume `src` linearly, and the first reduction (if any) that
-/// consumes it through a non-linear op.
+/// consumes it in a way a running max per row cannot stabilize.
 fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Option<NodeId>) {
     use Dependence::{FromReduction, Independent, Linear, NonLinear};
     let mut state: BTreeMap<NodeId, Dependence> = BTreeMap::new();
@@ -102,11 +111,7 @@ fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Op
     for &id in ops {
         let n = g.node(id);
         let a: Vec<Dependence> = n.args.iter().map(|x| state.get(x).copied().unwrap_or(Independent)).collect();
-        let is_reduction = match n.op {
-            Op::MatMul => true,
-            Op::Reduce(_, axis) => axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf(),
-            _ => false,
-        };
+        let is_reduction = matches!(n.op, Op::MatMul | Op::Reduce(..));
         let dep = if id == src {
             Linear
         } else if a.iter().all(|x| *x == Independent) {
@@ -114,9 +119,13 @@ fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Op
         } else if is_reduction {
             // A matmul must take the source as its left operand: the running max is per row of
             // the left operand.
+            // A scaled partial input merges along any axis (the combine sums over the split);
+            // an exp's running max covers a row, so its reductions must run along the last axis.
+            let along_rows = |axis: u32| axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf();
             let linear = match n.op {
                 Op::MatMul => a[0] == Linear && a[1] == Independent,
-                _ => a[0] == Linear,
+                Op::Reduce(_, axis) => a[0] == Linear && along_rows(axis),
+                _ => false,
             };
             if linear {
                 reds.push(id);
@@ -227,7 +236,7 @@ mod tests {
             "e = exp(s)\ny = sum(e, axis=-1) + sum(square(e), axis=-1)",
         );
         let squared = g.ids().filter(|id| is_sum(&g.node(*id).op)).last().expect("sums");
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(squared)));
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(squared)));
     }
 
     #[test]
@@ -239,15 +248,34 @@ mod tests {
             "e = exp(x)\ny = sum(e, axis=-1) + sum(matmul(s, transpose(e)), axis=-1)",
         );
         let mm = node(&g, |op| *op == Op::MatMul);
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::NonLinearExp(mm)));
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(mm)));
     }
 
     #[test]
-    fn an_exp_that_feeds_no_reduction_is_left_alone() {
-        for body in ["y = sum(s, axis=-1) * 2.0", "y = exp(sum(s, axis=-1))"] {
-            let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", body);
-            assert_eq!(analyze(&g, &top, &BTreeMap::new()), Ok(BTreeMap::new()), "{body}");
-        }
+    fn a_level_without_exps_has_no_sources_and_a_lone_exp_is_refused() {
+        let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = sum(s, axis=-1) * 2.0");
+        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Ok(BTreeMap::new()));
+        // exp(x) / (1 + exp(x)) overflows to inf / inf in f32 for x > 88 though the true value is
+        // 1: an exp that no reduction stabilizes is the fallback's.
+        let (g, top) =
+            top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "e = exp(s)\ny = sum(e / (e + 1.0), axis=-1)");
+        let sum = node(&g, is_sum);
+        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Err(PlanError::ExpReduction(sum)));
+        let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = exp(sum(s, axis=-1))");
+        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Err(PlanError::UnstabilizedExp(exp)));
+    }
+
+    #[test]
+    fn an_exp_reduced_along_a_non_last_axis_is_refused() {
+        // A running max covers a row; a column sum of exps is the fallback's.
+        let (g, inner) = loop_level(
+            "{ m: 64, n: 96 }",
+            "{ x: \"f32[n, m]\", v: \"f32[n, m]\" }",
+            "e = exp(x)\ny = transpose(sum(e * v, axis=0) / sum(e, axis=0))",
+        );
+        let first_sum = node(&g, is_sum);
+        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(first_sum)));
     }
 
     #[test]
