@@ -28,7 +28,7 @@ fn main() {
         std::fs::write(&path, cuda::emit_launch(launch, &g.name)).expect("write");
         sources.push(path);
         for (k, regs) in launch.kernels.iter().zip(&launch.registers) {
-            rows.push((g.name.clone(), k.symbol.clone(), k.warps.threads(), k.smem_bytes, *regs));
+            rows.push((g.name.clone(), k.symbol().to_string(), k.threads(), k.smem_bytes(), *regs));
         }
     }
     let arches = ArchSet::parse("80,90").expect("arches");

@@ -132,7 +132,7 @@ fn explain_shows_every_stage() {
         "== eventually-reduced dims ==",
         "== found graphs",
         "cost table",
-        "== chosen tile program ==",
+        "== chosen program ==",
     ] {
         assert!(out.contains(section), "missing {section}");
     }

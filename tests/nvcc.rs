@@ -38,7 +38,7 @@ fn generated_kernels_compile_for_sm80_and_sm90_within_budget() {
         std::fs::write(&path, cuda::emit_launch(launch, &g.name)).expect("write");
         sources.push(path);
         for k in &launch.kernels {
-            smem.push((k.symbol.clone(), u32::try_from(k.smem_bytes).expect("smem fits u32")));
+            smem.push((k.symbol().to_string(), u32::try_from(k.smem_bytes()).expect("smem fits u32")));
         }
     }
     let arches = ArchSet::parse("80,90").expect("arches");

@@ -24,6 +24,7 @@ fn main() {
         let c = compile(g, &Options::default()).expect("compiles");
         let total = t.elapsed().as_secs_f64();
         let best = &c.ranked[0];
+        let search = c.search.as_ref().expect("the shipped kernels are searchable");
         let chosen = if best.splits.is_empty() {
             "no split".to_string()
         } else {
@@ -32,11 +33,11 @@ fn main() {
         println!(
             "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {chosen} | {} | {:.1} |",
             d.name,
-            c.search.seconds,
+            search.seconds,
             c.schedule_seconds,
             total,
-            c.search.graphs.len(),
-            c.search.candidates().count() + 1,
+            search.graphs.len(),
+            search.candidates().count() + 1,
             c.stats.tried,
             c.ranked.len(),
             best.candidate.launch.kernels.len(),

@@ -35,7 +35,7 @@ fn mha_prefill_gets_the_flashattention_schedule() {
     let c = compiled("mha_d128_prefill");
     let l = c.best();
     assert_eq!(l.kernels.len(), 1, "one kernel");
-    let k = &l.kernels[0];
+    let k = l.kernels[0].tile().expect("a tile kernel");
     assert!(k.smem_bytes <= SM80.smem_per_block, "{} bytes of shared memory", k.smem_bytes);
     assert_eq!(grid_names(k, &c), vec!["h", "s"], "grid over heads × query tiles");
     let lp = loops(&k.body);
@@ -75,7 +75,7 @@ fn decode_attention_splits_and_merges_with_log_sum_exp() {
         let l = c.best();
         assert_eq!(l.kernels.len(), 2, "{name}: a split kernel and a combine kernel");
         assert!(l.graph.has_split());
-        let (split, combine) = (&l.kernels[0], &l.kernels[1]);
+        let (split, combine) = (l.kernels[0].tile().expect("tiles"), l.kernels[1].tile().expect("tiles"));
         assert!(split.params.iter().any(|p| p.output && p.name == "partial_max"), "{name}");
         assert!(combine.params.iter().any(|p| !p.output && p.name.ends_with("_max")), "{name}");
         // The combine merges partials under a running max: exp(m_i - M) factors.
@@ -98,7 +98,7 @@ fn consecutive_reductions_stay_fused_at_long_sequences() {
     // without Split-K it is one kernel.
     let c = compiled("matmul_rowsum_prefill");
     for k in &c.best().kernels {
-        for s in &k.body {
+        for s in &k.tile().expect("a tile kernel").body {
             if let Stmt::Store { cols, .. } = s {
                 assert_eq!(*cols, 1, "only row sums are stored");
             }
@@ -113,7 +113,7 @@ fn consecutive_reductions_stay_fused_at_long_sequences() {
 #[test]
 fn swiglu_fuses_the_two_matmuls_sharing_x() {
     let c = compiled("swiglu_prefill");
-    let k = &c.best().kernels[0];
+    let k = c.best().kernels[0].tile().expect("a tile kernel");
     let lp = loops(&k.body);
     assert_eq!(lp.len(), 1);
     let body = loop_body(lp[0]);
@@ -129,7 +129,7 @@ fn rmsnorm_matmul_reduces_squares_and_multiplies_in_one_loop() {
     let c = compiled("rmsnorm_matmul_prefill");
     let l = c.best();
     assert_eq!(l.kernels.len(), 1);
-    let k = &l.kernels[0];
+    let k = l.kernels[0].tile().expect("a tile kernel");
     let lp = loops(&k.body);
     assert_eq!(lp.len(), 1);
     let Stmt::Loop { dim, body, .. } = lp[0] else { unreachable!() };

@@ -49,7 +49,7 @@ fn check_at(g: &ValidGraph, oracle: &ValidGraph, scale: f64, top_k: usize, set: 
         let got = interp::run(&c.launch, &b, &inputs, 3).expect("interpreter runs");
         for (o, (gt, wt)) in got.iter().zip(&want).enumerate() {
             let e = max_rel_err(&gt.data, &wt.data);
-            assert!(e <= 2e-2, "{} output {o}: max_rel_err {e}\n{:#?}", g.name, c.launch.kernels[0].body);
+            assert!(e <= 2e-2, "{} output {o}: max_rel_err {e}\n{:#?}", g.name, c.launch.kernels[0]);
             errs.push(e);
         }
     }
@@ -83,7 +83,7 @@ fn the_flashattention_schedule_is_found_not_templated() {
     let (cands, _) = candidates(&fa, &SM80, 3, "t").expect("schedules");
     let best = &cands[0].launch;
     assert_eq!(best.kernels.len(), 1, "one kernel");
-    let k = &best.kernels[0];
+    let k = best.kernels[0].tile().expect("a tile kernel");
     assert!(k.smem_bytes <= SM80.smem_per_block);
     // Grid over heads × query tiles; one sequential loop over the context.
     let grid: Vec<&str> = k.grid.iter().map(|a| fa.dims.get(a.dim).name.as_str()).collect();
@@ -201,8 +201,8 @@ fn split_decode_runs_as_a_split_kernel_and_a_log_sum_exp_combine() {
     let l = &cands[0].launch;
     assert_eq!(l.kernels.len(), 2, "split + combine");
     // The split kernel stores the running max next to its partials; the combine merges them.
-    assert!(l.kernels[0].params.iter().any(|p| p.name == "partial_max" && p.output));
-    assert!(l.kernels[1].params.iter().any(|p| p.name.ends_with("_max") && !p.output));
+    assert!(l.kernels[0].params().iter().any(|p| p.name == "partial_max" && p.output));
+    assert!(l.kernels[1].params().iter().any(|p| p.name.ends_with("_max") && !p.output));
     // Large scores, and small ones: with small scores a ragged last split that let its
     // out-of-range columns into the row sum would be visible.
     for scale in [11.0, 1.0] {

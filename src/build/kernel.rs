@@ -10,7 +10,7 @@ use cleave_core::codegen::{cuda, headers};
 use cleave_core::front::tokens::canonical;
 use cleave_core::front::KernelDecl;
 use cleave_core::graph::ValidGraph;
-use cleave_core::pipeline::{self, Compiled, Options};
+use cleave_core::pipeline::{self, Compiled, KernelSchedule, Options};
 use serde_json::{json, Value};
 
 use super::cache;
@@ -156,9 +156,8 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
         .iter()
         .zip(&best.candidate.schedules)
         .map(|(k, schedule)| {
-            let config = &schedule.config;
             let grid: Vec<String> = k
-                .grid
+                .grid()
                 .iter()
                 .map(|a| {
                     let d = dims.get(a.dim);
@@ -169,18 +168,22 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
                     }
                 })
                 .collect();
+            let KernelSchedule::Tiled(tiled) = schedule else {
+                return json!({ "symbol": k.symbol(), "grid": grid, "fallback": true, "threads": k.threads() });
+            };
+            let config = &tiled.config;
             let out_tiles: serde_json::Map<String, Value> =
                 config.out.iter().map(|(v, t)| (dims.get(*v).name.clone(), json!(t))).collect();
             let red_tiles: serde_json::Map<String, Value> =
                 config.red.iter().map(|(n, t)| (format!("%{}", n.0), json!(t))).collect();
             json!({
-                "symbol": k.symbol,
+                "symbol": k.symbol(),
                 "grid": grid,
                 "output_tiles": out_tiles,
                 "reduction_tiles": red_tiles,
                 "warps": config.warps,
-                "threads": k.warps.threads(),
-                "smem_bytes": k.smem_bytes,
+                "threads": k.threads(),
+                "smem_bytes": k.smem_bytes(),
             })
         })
         .collect();
@@ -200,9 +203,9 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
     for k in &launch.kernels {
         summary.push(format!(
             "`{}`: {} threads, {} bytes of dynamic shared memory",
-            k.symbol,
-            k.warps.threads(),
-            k.smem_bytes
+            k.symbol(),
+            k.threads(),
+            k.smem_bytes()
         ));
     }
     summary.push(format!("estimated {:.3e} s at the representative extents", best.candidate.seconds));
@@ -222,10 +225,10 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
         lock,
         how: How::Searched {
             seconds: start.elapsed().as_secs_f64(),
-            search_seconds: compiled.search.seconds,
+            search_seconds: compiled.search.as_ref().map_or(0.0, |s| s.seconds),
             schedule_seconds: compiled.schedule_seconds,
-            graphs: compiled.search.graphs.len(),
-            states: compiled.search.states_explored,
+            graphs: compiled.search.as_ref().map_or(0, |s| s.graphs.len()),
+            states: compiled.search.as_ref().map_or(0, |s| s.states_explored),
         },
     })
 }

@@ -74,22 +74,29 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     }
     match compile(graph, &opts) {
         Ok(c) => {
-            let _ = writeln!(
-                out,
-                "\n== found graphs ({} in {:.2} s, {} states, stopped: {}) ==",
-                c.search.graphs.len(),
-                c.search.seconds,
-                c.search.states_explored,
-                c.search.stop_reason.name()
-            );
-            out.push_str(&explain_text(&c.search));
+            match &c.search {
+                Ok(search) => {
+                    let _ = writeln!(
+                        out,
+                        "\n== found graphs ({} in {:.2} s, {} states, stopped: {}) ==",
+                        search.graphs.len(),
+                        search.seconds,
+                        search.states_explored,
+                        search.stop_reason.name()
+                    );
+                    out.push_str(&explain_text(search));
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "\n== found graphs ==\nno search ({e}); the declared graph is scheduled");
+                }
+            }
             let _ = writeln!(out, "\n== schedules: cost table ({} configurations tried) ==", c.stats.tried);
             out.push_str(&table(&c));
             if !c.stats.rejected.is_empty() {
                 let why: Vec<String> = c.stats.rejected.iter().map(|(k, n)| format!("{k}: {n}")).collect();
                 let _ = writeln!(out, "rejected: {}", why.join("; "));
             }
-            let _ = writeln!(out, "\n== chosen tile program ==");
+            let _ = writeln!(out, "\n== chosen program ==");
             out.push_str(&programs(&c.ranked[0]));
         }
         Err(e) => {

@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use cleave_core::graph::{Dim, DimTable};
-use cleave_core::pipeline::{Compiled, Ranked};
-use cleave_core::plan::{ShowKernel, Stmt};
+use cleave_core::pipeline::{Compiled, KernelSchedule, Ranked};
+use cleave_core::plan::{Kernel, SExpr, Stmt};
 use cleave_core::schedule::tmap::reduced_dim;
 use serde_json::{json, Value};
 
@@ -28,8 +28,8 @@ pub(crate) fn programs(r: &Ranked) -> String {
     let l = &r.candidate.launch;
     let mut out = String::new();
     for k in &l.kernels {
-        let _ = writeln!(out, "# {}", k.symbol);
-        let _ = write!(out, "{}", ShowKernel { kernel: k, dims: l.dims() });
+        let _ = writeln!(out, "# {}", k.symbol());
+        out.push_str(&k.show(l.dims()));
     }
     out
 }
@@ -44,7 +44,7 @@ pub(crate) fn table(c: &Compiled) -> String {
     );
     for (i, r) in c.ranked.iter().enumerate() {
         let l = &r.candidate.launch;
-        let smem: Vec<String> = l.kernels.iter().map(|k| format!("{:.0}", k.smem_bytes as f64 / 1024.0)).collect();
+        let smem: Vec<String> = l.kernels.iter().map(|k| format!("{:.0}", k.smem_bytes() as f64 / 1024.0)).collect();
         let regs: Vec<String> = l.registers.iter().map(|x| x.to_string()).collect();
         let gmem: f64 = r.candidate.costs.iter().map(|c| c.gmem_bytes as f64).sum::<f64>() / (1 << 20) as f64;
         let split = if r.splits.is_empty() {
@@ -77,8 +77,10 @@ fn extent(dims: &DimTable, d: cleave_core::graph::DimVar, tile: u64) -> Value {
 }
 
 fn tile_config(r: &Ranked, k: usize) -> Value {
-    let s = &r.candidate.schedules[k];
-    let (cfg, g) = (&s.config, &s.graph);
+    let KernelSchedule::Tiled(t) = &r.candidate.schedules[k] else {
+        return Value::Null;
+    };
+    let (cfg, g) = (&t.config, &t.graph);
     let out: serde_json::Map<String, Value> =
         cfg.out.iter().map(|(v, t)| (g.dims.get(*v).name.clone(), json!(t))).collect();
     // The kernel graph numbers nodes in its own arena; describe reductions by their op and
@@ -100,6 +102,7 @@ fn tile_config(r: &Ranked, k: usize) -> Value {
 
 /// The `cleave schedule --json` document.
 pub(crate) fn to_json(c: &Compiled) -> Value {
+    let search_seconds = c.search.as_ref().map_or(0.0, |s| s.seconds);
     let candidates: Vec<Value> = c
         .ranked
         .iter()
@@ -111,19 +114,23 @@ pub(crate) fn to_json(c: &Compiled) -> Value {
                 .iter()
                 .enumerate()
                 .map(|(i, k)| {
-                    let grid: Vec<Value> = k.grid.iter().map(|a| extent(l.dims(), a.dim, a.tile)).collect();
-                    let loops = count_loops(&k.body);
+                    let grid: Vec<Value> = k.grid().iter().map(|a| extent(l.dims(), a.dim, a.tile)).collect();
+                    let loops = match k {
+                        Kernel::Tile(t) => count_loops(&t.body),
+                        Kernel::Stage(s) => usize::from(matches!(s.value, SExpr::Reduce { .. })),
+                    };
                     json!({
-                        "symbol": k.symbol,
+                        "symbol": k.symbol(),
                         "grid": grid,
-                        "threads": k.warps.threads(),
+                        "threads": k.threads(),
+                        "fallback": matches!(k, Kernel::Stage(_)),
                         "tile_config": tile_config(r, i),
-                        "smem_bytes": k.smem_bytes,
+                        "smem_bytes": k.smem_bytes(),
                         "gmem_bytes": r.candidate.costs[i].gmem_bytes,
                         "registers": l.registers[i],
                         "loops": loops,
                         "estimated_seconds": r.candidate.costs[i].seconds,
-                        "program": ShowKernel { kernel: k, dims: l.dims() }.to_string(),
+                        "program": k.show(l.dims()),
                     })
                 })
                 .collect();
@@ -138,8 +145,8 @@ pub(crate) fn to_json(c: &Compiled) -> Value {
         .collect();
     json!({
         "kernel": c.declared.name,
-        "seconds": c.search.seconds + c.schedule_seconds,
-        "search_seconds": c.search.seconds,
+        "seconds": search_seconds + c.schedule_seconds,
+        "search_seconds": search_seconds,
         "schedule_seconds": c.schedule_seconds,
         "configs_tried": c.stats.tried,
         "candidates": candidates,

@@ -243,4 +243,114 @@ __host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk, int ch
   return chunk ^ ((row / (8 / chunks_per_row)) & (chunks_per_row - 1));
 }
 
+
+// Extended-exponent floats for the fallback stage kernels: m * 2^e with m zero, non-finite or
+// of magnitude in [1, 2), so no value overflows or underflows where the true one does not. The
+// same algorithms as `XFloat<f32>` in cleave-core's xfloat.rs: one f32 rounding per operation,
+// exp and log through double.
+struct xf {
+  float m;
+  int e;
+};
+
+__host__ __device__ __forceinline__ xf xf_norm(float m, long long e) {
+  if (m == 0.0f || !isfinite(m)) return xf{m, 0};
+  int k;
+  const float f = frexpf(m, &k) * 2.0f;
+  const long long n = e + k - 1;
+  if (n > (1LL << 40)) return xf{copysignf(INFINITY, f), 0};
+  if (n < -(1LL << 40)) return xf{copysignf(0.0f, f), 0};
+  return xf{f, (int)n};
+}
+
+__host__ __device__ __forceinline__ xf xf_of_float(float x) { return xf_norm(x, 0); }
+
+__host__ __device__ __forceinline__ xf xf_of_double(double x) {
+  if (x == 0.0 || !isfinite(x)) return xf{(float)x, 0};
+  int k;
+  const double f = frexp(x, &k) * 2.0;
+  return xf_norm((float)f, (long long)k - 1);
+}
+
+__host__ __device__ __forceinline__ float xf_to_float(xf a) { return ldexpf(a.m, a.e); }
+__host__ __device__ __forceinline__ double xf_to_double(xf a) { return ldexp((double)a.m, a.e); }
+__host__ __device__ __forceinline__ xf xf_one() { return xf{1.0f, 0}; }
+__host__ __device__ __forceinline__ xf xf_neg(xf a) { return xf{-a.m, a.e}; }
+
+__host__ __device__ __forceinline__ xf xf_add(xf a, xf b) {
+  if (!isfinite(a.m) || !isfinite(b.m)) return xf{a.m + b.m, 0};
+  if (b.m == 0.0f) return a.m == 0.0f ? xf{a.m + b.m, 0} : a;
+  if (a.m == 0.0f) return b;
+  const xf big = a.e >= b.e ? a : b, small = a.e >= b.e ? b : a;
+  const long long d = (long long)big.e - small.e;
+  // The smaller term is below half an ulp of the larger: the sum rounds to it.
+  if (d > 26) return big;
+  return xf_norm(big.m + ldexpf(small.m, -(int)d), big.e);
+}
+
+__host__ __device__ __forceinline__ xf xf_sub(xf a, xf b) { return xf_add(a, xf_neg(b)); }
+__host__ __device__ __forceinline__ xf xf_mul(xf a, xf b) { return xf_norm(a.m * b.m, (long long)a.e + b.e); }
+__host__ __device__ __forceinline__ xf xf_div(xf a, xf b) { return xf_norm(a.m / b.m, (long long)a.e - b.e); }
+
+// a < b for non-NaN values.
+__host__ __device__ __forceinline__ bool xf_less(xf a, xf b) {
+  const int sa = a.m > 0.0f ? 1 : (a.m < 0.0f ? -1 : 0), sb = b.m > 0.0f ? 1 : (b.m < 0.0f ? -1 : 0);
+  if (sa != sb) return sa < sb;
+  if (sa == 0) return false;
+  if (!isfinite(a.m) || !isfinite(b.m)) return a.m < b.m;
+  const bool smaller = a.e < b.e || (a.e == b.e && fabsf(a.m) < fabsf(b.m));
+  const bool larger = a.e > b.e || (a.e == b.e && fabsf(a.m) > fabsf(b.m));
+  return sa > 0 ? smaller : larger;
+}
+
+// The larger; a NaN operand is ignored, as fmaxf does.
+__host__ __device__ __forceinline__ xf xf_max(xf a, xf b) {
+  if (isnan(a.m)) return b;
+  if (isnan(b.m)) return a;
+  return xf_less(a, b) ? b : a;
+}
+
+__host__ __device__ __forceinline__ xf xf_exp(xf a) {
+  if (isnan(a.m)) return a;
+  const double x = xf_to_double(a);
+  if (x > 1.0e15) return xf{INFINITY, 0};
+  if (x < -1.0e15) return xf{0.0f, 0};
+  if (fabs(x) < 700.0) return xf_of_double(exp(x));
+  // x = n ln2 + r, ln2 in two parts (Cody and Waite), so e^r keeps double precision.
+  const double hi = 6.93147180369123816490e-01, lo = 1.90821492927058770002e-10;
+  const double n = round(x * 1.4426950408889634);
+  const double r = (x - n * hi) - n * lo;
+  return xf_norm((float)exp(r), (long long)n);
+}
+
+__host__ __device__ __forceinline__ xf xf_log(xf a) {
+  if (a.m <= 0.0f || !isfinite(a.m)) return xf{logf(a.m), 0};
+  return xf_of_double(log((double)a.m) + (double)a.e * 0.6931471805599453);
+}
+
+__host__ __device__ __forceinline__ xf xf_sqrt(xf a) {
+  if (a.m <= 0.0f || !isfinite(a.m)) return xf{sqrtf(a.m), 0};
+  float m = a.m;
+  int e = a.e;
+  if (e % 2 != 0) {
+    m += m;
+    e -= 1;
+  }
+  return xf_norm(sqrtf(m), e / 2);
+}
+
+__host__ __device__ __forceinline__ xf xf_square(xf a) { return xf_mul(a, a); }
+__host__ __device__ __forceinline__ xf xf_recip(xf a) { return xf_div(xf_one(), a); }
+__host__ __device__ __forceinline__ xf xf_rsqrt(xf a) { return xf_div(xf_one(), xf_sqrt(a)); }
+
+__host__ __device__ __forceinline__ xf xf_sigmoid(xf a) {
+  return xf_div(xf_one(), xf_add(xf_one(), xf_exp(xf_neg(a))));
+}
+__host__ __device__ __forceinline__ xf xf_silu(xf a) { return xf_div(a, xf_add(xf_one(), xf_exp(xf_neg(a)))); }
+__host__ __device__ __forceinline__ xf xf_gelu(xf a) {
+  // erf saturates to +-1 long before double runs out: evaluate it on the clamped value.
+  const double x = fmin(fmax(xf_to_double(a), -30.0), 30.0);
+  return xf_mul(xf_mul(xf_of_double(0.5), a), xf_of_double(1.0 + erf(x / 1.4142135623730951)));
+}
+
 }  // namespace cleave

@@ -4,6 +4,7 @@ pub mod cuda;
 pub mod headers;
 pub mod plan;
 pub mod rust;
+mod stage;
 pub mod tilelang;
 
 /// An identifier of C and Python for a dim name (`l/s_l`, a split chunk, becomes

@@ -133,12 +133,12 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
     let workspaces = launch
         .workspaces
         .iter()
-        .map(|w| Ok((4u32, w.shape.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, _>>()?)))
+        .map(|w| Ok((w.ty.bytes(), w.shape.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, _>>()?)))
         .collect::<Result<_, PlanDataError>>()?;
     let mut launches = Vec::new();
     for k in &launch.kernels {
         let mut grid = Vec::new();
-        for a in &k.grid {
+        for a in k.grid() {
             let info = dims.get(a.dim);
             grid.push(if info.dynamic {
                 FactorData::CeilDiv(index(a.dim)?, a.tile)
@@ -147,19 +147,19 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
             });
         }
         let mut params = Vec::new();
-        for p in &k.params {
+        for p in k.params() {
             params.push(match p.binding {
                 Binding::Input(i) => ParamData::Input(small("input index", i as usize)?),
                 Binding::Output(i) => ParamData::Output(small("output index", i as usize)?),
                 Binding::Workspace(i) => ParamData::Workspace(small("workspace index", i as usize)?),
             });
         }
-        for d in &k.extents {
+        for d in k.extents() {
             params.push(ParamData::Extent(index(*d)?));
         }
-        let smem_bytes = u32::try_from(k.smem_bytes)
-            .map_err(|_| PlanDataError::TooLarge { what: "dynamic shared memory", value: k.smem_bytes })?;
-        launches.push(LaunchData { symbol: k.symbol.clone(), grid, threads: k.warps.threads(), smem_bytes, params });
+        let smem_bytes = u32::try_from(k.smem_bytes())
+            .map_err(|_| PlanDataError::TooLarge { what: "dynamic shared memory", value: k.smem_bytes() })?;
+        launches.push(LaunchData { symbol: k.symbol().to_string(), grid, threads: k.threads(), smem_bytes, params });
     }
     let dims_out = kept
         .iter()

@@ -13,7 +13,7 @@ use super::ident;
 use crate::graph::{DType, DimKind, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterNames, Limit, TMap};
 use crate::plan::program::{BufId, BufKind, Expr, MmaA, Src, Stmt, TileKernel};
-use crate::plan::Launch;
+use crate::plan::{Kernel, Launch};
 
 fn ty(d: DType) -> &'static str {
     match d {
@@ -45,12 +45,23 @@ pub fn emit_launch(launch: &Launch, title: &str) -> String {
     }
     for k in &launch.kernels {
         out.push('\n');
-        out.push_str(&emit_kernel(k, dims));
+        match k {
+            Kernel::Tile(t) => out.push_str(&emit_kernel(t, dims)),
+            // The fallback computes in extended-exponent floats, which TileLang has no type
+            // for; a plain f32 version would overflow where the CUDA one does not, so none is
+            // written.
+            Kernel::Stage(s) => {
+                let _ = writeln!(out, "# {}: a fallback stage, CUDA only (extended-exponent arithmetic).", s.symbol);
+                let _ = writeln!(out, "#   {}", s.show(dims));
+                let _ = writeln!(out, "def {}(*args):", s.symbol);
+                let _ = writeln!(out, "    raise NotImplementedError(\"fallback stages exist as CUDA only\")");
+            }
+        }
     }
     let _ = writeln!(
         out,
         "\nKERNELS = [{}]",
-        launch.kernels.iter().map(|k| k.symbol.clone()).collect::<Vec<_>>().join(", ")
+        launch.kernels.iter().map(|k| k.symbol().to_string()).collect::<Vec<_>>().join(", ")
     );
     out
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-pub use rank::{candidates, Candidate, KernelSchedule, ScheduleStats};
+pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
 use crate::arch::{common, Arch, SM80, SM90};
 use crate::graph::ValidGraph;
@@ -49,8 +49,8 @@ pub struct Ranked {
 pub struct Compiled {
     /// The declared graph.
     pub declared: ValidGraph,
-    /// The search.
-    pub search: SearchResult,
+    /// The search, or why it could not run; the declared graph is scheduled either way.
+    pub search: Result<SearchResult, SearchError>,
     /// Every launch kept, best first (across all graphs).
     pub ranked: Vec<Ranked>,
     /// What the scheduler rejected, summed over graphs.
@@ -66,13 +66,11 @@ impl Compiled {
     }
 }
 
-/// Why a kernel could not be compiled.
+/// Why a kernel could not be compiled. Every valid graph has the fallback launch, so this is
+/// an internal error when it happens.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PipelineError {
-    /// The search could not run.
-    #[error("{0}")]
-    Search(#[from] SearchError),
-    /// No graph had a valid schedule.
+    /// Neither a schedule nor the fallback.
     #[error("no schedule fits: {0}")]
     NoSchedule(String),
 }
@@ -84,14 +82,16 @@ pub fn symbol_prefix(kernel: &str) -> String {
 
 /// Compiles one declared kernel.
 pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, PipelineError> {
-    let found = search(declared, &opts.search)?;
+    // A target the search cannot take (too large, an output other ops read) still compiles:
+    // its declared graph is a candidate like any found one.
+    let found = search(declared, &opts.search);
     let start = Instant::now();
     let arch = common(&opts.archs);
     let prefix = symbol_prefix(&declared.name);
     // The declared graph is a candidate too: a graph the search never reached (or a plain
     // matmul that needs no rewriting) must still be schedulable.
     let mut jobs: Vec<(Option<usize>, Vec<SplitValue>, ValidGraph)> = vec![(None, Vec::new(), declared.clone())];
-    for (gi, fg) in found.graphs.iter().enumerate() {
+    for (gi, fg) in found.iter().flat_map(|f| f.graphs.iter()).enumerate() {
         for c in &fg.concrete {
             jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
         }
@@ -117,6 +117,11 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
             }
             Err(e) => errors.push(e.to_string()),
         }
+    }
+    // The fallback, which every valid graph has, ranked like the rest.
+    match fallback_candidate(declared, &arch, &prefix) {
+        Ok(candidate) => ranked.push(Ranked { graph_index: None, splits: Vec::new(), candidate }),
+        Err(e) => errors.push(format!("fallback: {e}")),
     }
     // Best first; ties keep the search's canonical graph order, so the choice is deterministic.
     ranked.sort_by(|a, b| {

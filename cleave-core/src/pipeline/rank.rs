@@ -10,14 +10,23 @@ use rayon::prelude::*;
 use crate::arch::Arch;
 use crate::graph::ValidGraph;
 use crate::plan::{
-    assemble, kernel_cost, kernel_io, lower, partition, Cost, KernelGraph, KernelIo, Launch, PartitionError, PlanError,
-    Planned,
+    assemble, cost_of, fallback, kernel_cost, kernel_io, lower, partition, Cost, KernelGraph, KernelIo, Launch,
+    PartitionError, PlanError, Planned,
 };
 use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
 
 /// How one kernel of a launch was scheduled.
 #[derive(Clone, Debug)]
-pub struct KernelSchedule {
+pub enum KernelSchedule {
+    /// A tile program from a schedule.
+    Tiled(Box<Tiled>),
+    /// A stage of the fallback, which has no schedule.
+    Fallback,
+}
+
+/// The schedule of a tile program.
+#[derive(Clone, Debug)]
+pub struct Tiled {
     /// The kernel's graph (a part of the partitioned graph, numbered in its own arena).
     pub graph: ValidGraph,
     /// The tile configuration.
@@ -178,7 +187,8 @@ pub fn candidates(
         let mut schedules = Vec::with_capacity(chosen.len());
         for (s, kg) in chosen.into_iter().zip(&part.kernels) {
             planned.push(s.planned);
-            schedules.push(KernelSchedule { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph });
+            let tiled = Tiled { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph };
+            schedules.push(KernelSchedule::Tiled(Box::new(tiled)));
         }
         match assemble(graph, &part, planned, symbol_prefix) {
             Ok(launch) => out.push(Candidate { launch, schedules, costs, seconds }),
@@ -187,4 +197,15 @@ pub fn candidates(
     }
     out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     Ok((out, stats))
+}
+
+/// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph
+/// has, ranked against the fused ones.
+pub fn fallback_candidate(graph: &ValidGraph, arch: &Arch, symbol_prefix: &str) -> Result<Candidate, PlanError> {
+    let launch = fallback(graph, symbol_prefix)?;
+    let costs: Vec<Cost> =
+        launch.kernels.iter().zip(&launch.registers).map(|(k, r)| cost_of(k, &graph.dims, *r, arch)).collect();
+    let seconds = costs.iter().map(|c| c.seconds).sum();
+    let schedules = vec![KernelSchedule::Fallback; launch.kernels.len()];
+    Ok(Candidate { launch, schedules, costs, seconds })
 }

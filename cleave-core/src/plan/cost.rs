@@ -7,9 +7,11 @@
 //! is `waves × max(compute, memory)` of one wave, which ranks candidates; it is not a
 //! prediction of absolute time.
 
-use super::program::{BufKind, Stmt, TileKernel};
+use super::launch::Kernel;
+use super::program::{Binding, BufKind, Stmt, TileKernel};
+use super::stage::{SExpr, StageKernel};
 use crate::arch::Arch;
-use crate::graph::{DimTable, DimVar};
+use crate::graph::{Dim, DimTable, DimVar};
 
 /// The model's view of one kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -118,4 +120,81 @@ fn walk(
             }
         }
     }
+}
+
+/// The cost of any kernel of a launch.
+pub fn cost_of(k: &Kernel, dims: &DimTable, registers: u64, arch: &Arch) -> Cost {
+    match k {
+        Kernel::Tile(t) => kernel_cost(t, dims, registers, arch),
+        Kernel::Stage(s) => stage_cost(s, dims, arch),
+    }
+}
+
+/// Instructions per extended-exponent operation of a stage kernel (normalization, exponent
+/// arithmetic): what makes the fallback compute-heavy.
+const EXTENDED_OP_COST: u64 = 12;
+/// Cycles of one step of a stage's loop beyond its operations: the loads' issue and latency a
+/// single thread cannot hide.
+const STEP_CYCLES: f64 = 40.0;
+/// The SM clock the serial estimate counts in.
+const CLOCK_HZ: f64 = 1.4e9;
+
+/// The cost of a fallback stage: every element loads its operands for every step of its loop,
+/// with no reuse between threads, and every operation is an extended-exponent one. An upper
+/// bound (caches help the real kernel), which is what ranks it below any fused schedule.
+pub fn stage_cost(k: &StageKernel, dims: &DimTable, arch: &Arch) -> Cost {
+    let extent = |d: Dim| match d {
+        Dim::One => 1,
+        Dim::Var(v) => dims.get(v).value,
+    };
+    let elements: u64 = k.space.iter().map(|d| extent(*d)).product::<u64>().max(1);
+    // Bytes loaded and operations per element.
+    fn count(k: &StageKernel, e: &SExpr, times: u64, extent: &dyn Fn(Dim) -> u64, bytes: &mut u64, ops: &mut u64) {
+        match e {
+            SExpr::Const(_) => {}
+            SExpr::Load { param, .. } => {
+                let p = &k.params[param.0 as usize];
+                let size = if matches!(p.binding, Binding::Workspace(_)) { 8 } else { p.dtype.size() };
+                *bytes += times * size;
+            }
+            SExpr::Unary(_, a) => {
+                *ops += times;
+                count(k, a, times, extent, bytes, ops);
+            }
+            SExpr::Binary(_, a, b) => {
+                *ops += times;
+                count(k, a, times, extent, bytes, ops);
+                count(k, b, times, extent, bytes, ops);
+            }
+            SExpr::Reduce { extent: n, body, .. } => {
+                let t = times * extent(*n);
+                *ops += t;
+                count(k, body, t, extent, bytes, ops);
+            }
+        }
+    }
+    let (mut bytes, mut ops) = (0, 0);
+    count(k, &k.value, 1, &extent, &mut bytes, &mut ops);
+    let out = &k.params[k.out.0 as usize];
+    bytes += if matches!(out.binding, Binding::Workspace(_)) { 8 } else { out.dtype.size() };
+    let blocks: u64 = k.grid.iter().map(|a| trips(dims, a.dim, a.tile)).product::<u64>().max(1);
+    let threads = u64::from(k.threads());
+    let blocks_per_sm = (u64::from(arch.threads_per_sm) / threads.max(1)).clamp(1, 32);
+    let waves = blocks.div_ceil(u64::from(arch.sms) * blocks_per_sm);
+    let gmem_bytes = bytes * elements;
+    let simt_flops = ops * elements * EXTENDED_OP_COST;
+    // Each thread runs its loop alone: its steps are a dependent chain of extended-exponent
+    // operations and loads, whatever the throughput.
+    let (mut steps, mut step_ops) = (0, 0);
+    if let SExpr::Reduce { extent: n, body, .. } = &k.value {
+        steps = extent(*n);
+        let (mut b, mut o) = (0, 0);
+        count(k, body, 1, &extent, &mut b, &mut o);
+        step_ops = o;
+    }
+    let serial = steps as f64 * (STEP_CYCLES + (step_ops * EXTENDED_OP_COST) as f64) / CLOCK_HZ;
+    let seconds = LAUNCH_SECONDS
+        + (gmem_bytes as f64 / arch.dram_bandwidth).max(simt_flops as f64 / arch.simt_flops).max(serial)
+        + 2e-6;
+    Cost { blocks, gmem_bytes, mma_flops: 0, simt_flops, smem_bytes: 0, blocks_per_sm, waves, seconds }
 }

@@ -114,6 +114,10 @@ pub enum PlanError {
     /// A scaled partial input that no reduction merges.
     #[error("a scaled partial that is not reduced")]
     UnreducedScaledPartial,
+    /// A graph with a split given to the fallback (only the declared graph goes there, and
+    /// declarations have none).
+    #[error("the fallback kernels take graphs without splits")]
+    StageOfSplit,
     /// A scaled partial output no later kernel reads.
     #[error("a scaled partial nobody merges")]
     UnmergedScaledPartial,

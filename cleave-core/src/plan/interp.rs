@@ -9,11 +9,14 @@
 
 use std::collections::BTreeMap;
 
-use super::launch::Launch;
+use super::launch::{Kernel, Launch};
+use super::partition::WorkspaceType;
 use super::program::{Binding, BufKind, Expr, MmaA, Param, Src, Stmt, TileKernel};
-use crate::graph::{Bindings, DType, Dim, DimVar, ReduceOp};
+use super::stage::{Ix, SExpr, StageKernel};
+use crate::graph::{BinaryOp, Bindings, DType, Dim, DimVar, ReduceOp, UnaryOp};
 use crate::index::{IterId, Limit, TMap};
 use crate::reference::{strides, Rng, Tensor};
+use crate::xfloat::X32;
 
 /// Why a launch could not be interpreted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -46,14 +49,25 @@ pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -
         let n = shape.iter().product();
         globals.insert(Binding::Output(o as u32), (shape, vec![f32::NAN; n]));
     }
+    let mut extended: BTreeMap<Binding, Vec<X32>> = BTreeMap::new();
     for (w, ws) in launch.workspaces.iter().enumerate() {
         let shape: Vec<usize> = ws.shape.iter().map(ext).collect();
         let n = shape.iter().product();
-        globals.insert(Binding::Workspace(w as u32), (shape, vec![f32::NAN; n]));
+        match ws.ty {
+            WorkspaceType::F32 => {
+                globals.insert(Binding::Workspace(w as u32), (shape, vec![f32::NAN; n]));
+            }
+            WorkspaceType::Extended => {
+                extended.insert(Binding::Workspace(w as u32), vec![X32::from_float(f32::NAN); n]);
+            }
+        }
     }
     let mut rng = Rng::new(seed);
     for k in &launch.kernels {
-        run_kernel(k, bindings, &mut globals, &mut rng);
+        match k {
+            Kernel::Tile(t) => run_kernel(t, bindings, &mut globals, &mut rng),
+            Kernel::Stage(s) => run_stage(s, bindings, &mut globals, &mut extended),
+        }
     }
     Ok(g.outputs
         .iter()
@@ -379,6 +393,114 @@ impl Block<'_> {
                     self.iters.remove(iter);
                 }
             }
+        }
+    }
+}
+
+/// Runs a fallback stage: every element of the written tensor, in the extended-exponent
+/// arithmetic the generated CUDA uses.
+fn run_stage(
+    k: &StageKernel,
+    dims: &Bindings,
+    globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>,
+    extended: &mut BTreeMap<Binding, Vec<X32>>,
+) {
+    let space: Vec<usize> = k.space.iter().map(|d| dims.extent(*d)).collect();
+    let total: usize = space.iter().product();
+    let out = &k.params[k.out.0 as usize];
+    let mut values = Vec::with_capacity(total);
+    let mut idx = vec![0usize; space.len()];
+    for lin in 0..total {
+        let mut rem = lin;
+        for (a, n) in space.iter().enumerate().rev() {
+            idx[a] = rem % n;
+            rem /= n;
+        }
+        values.push(stage_value(k, &k.value, &idx, 0, dims, globals, extended));
+    }
+    match out.binding {
+        Binding::Workspace(_) => {
+            extended.insert(out.binding, values);
+        }
+        b => {
+            let (_, data) = globals.get_mut(&b).expect("outputs are bound");
+            for (d, v) in data.iter_mut().zip(values) {
+                *d = round(out.dtype, v.to_float());
+            }
+        }
+    }
+}
+
+/// The value of `e` at output index `idx` and loop index `r`.
+fn stage_value(
+    k: &StageKernel,
+    e: &SExpr,
+    idx: &[usize],
+    r: usize,
+    dims: &Bindings,
+    globals: &BTreeMap<Binding, (Vec<usize>, Vec<f32>)>,
+    extended: &BTreeMap<Binding, Vec<X32>>,
+) -> X32 {
+    let value = |e: &SExpr, r: usize| stage_value(k, e, idx, r, dims, globals, extended);
+    match e {
+        SExpr::Const(c) => X32::from_f64(*c),
+        SExpr::Load { param, index } => {
+            let p = &k.params[param.0 as usize];
+            let shape: Vec<usize> = p.shape.iter().map(|d| d.map_or(1, |v| dims.values[v.index()] as usize)).collect();
+            let st = strides(&shape);
+            let at: usize = index
+                .iter()
+                .zip(&st)
+                .map(|(ix, s)| {
+                    s * match ix {
+                        Ix::Zero => 0,
+                        Ix::Out(j) => idx[*j as usize],
+                        Ix::Loop => r,
+                    }
+                })
+                .sum();
+            match p.binding {
+                Binding::Workspace(_) if extended.contains_key(&p.binding) => extended[&p.binding][at],
+                b => X32::from_float(globals[&b].1[at]),
+            }
+        }
+        SExpr::Unary(u, a) => {
+            let x = value(a, r);
+            let one = X32::one();
+            match u {
+                UnaryOp::Exp => x.exp(),
+                UnaryOp::Log => x.ln(),
+                UnaryOp::Sqrt => x.sqrt(),
+                UnaryOp::Rsqrt => one / x.sqrt(),
+                UnaryOp::Square => x * x,
+                UnaryOp::Recip => one / x,
+                UnaryOp::Silu => x.silu(),
+                UnaryOp::Sigmoid => x.sigmoid(),
+                UnaryOp::Gelu => x.gelu(),
+                UnaryOp::Neg => -x,
+            }
+        }
+        SExpr::Binary(op, a, b) => {
+            let (x, y) = (value(a, r), value(b, r));
+            match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+                BinaryOp::Max => x.max(y),
+            }
+        }
+        SExpr::Reduce { op, extent, body } => {
+            let n = dims.extent(*extent);
+            let mut acc = if *op == ReduceOp::Max { X32::from_float(f32::NEG_INFINITY) } else { X32::zero() };
+            for j in 0..n {
+                let v = value(body, j);
+                acc = if *op == ReduceOp::Max { acc.max(v) } else { acc + v };
+            }
+            if *op == ReduceOp::Mean {
+                acc = acc / X32::from_f64(n as f64);
+            }
+            acc
         }
     }
 }

@@ -1,10 +1,93 @@
-//! A launch: the tile kernels of one graph, in order, and the workspaces between them.
+//! A launch: the kernels of one graph, in order, and the workspaces between them.
 
 use super::error::PlanError;
 use super::lower::{KernelIo, Planned};
-use super::partition::{Partition, Workspace};
-use super::program::{Binding, TileKernel};
-use crate::graph::{DimTable, ValidGraph};
+use super::partition::{Partition, Workspace, WorkspaceType};
+use super::program::{Binding, GridAxis, Param, TileKernel};
+use super::stage::{stages, StageKernel};
+use crate::graph::{DimTable, DimVar, ValidGraph};
+
+/// One kernel of a launch: a scheduled tile program, or a stage of the fallback.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Kernel {
+    /// A tile program from a schedule.
+    Tile(TileKernel),
+    /// A fallback stage.
+    Stage(StageKernel),
+}
+
+impl Kernel {
+    /// The entry point's name.
+    pub fn symbol(&self) -> &str {
+        match self {
+            Kernel::Tile(k) => &k.symbol,
+            Kernel::Stage(k) => &k.symbol,
+        }
+    }
+
+    fn set_symbol(&mut self, symbol: String) {
+        match self {
+            Kernel::Tile(k) => k.symbol = symbol,
+            Kernel::Stage(k) => k.symbol = symbol,
+        }
+    }
+
+    /// Global tensors, in parameter order.
+    pub fn params(&self) -> &[Param] {
+        match self {
+            Kernel::Tile(k) => &k.params,
+            Kernel::Stage(k) => &k.params,
+        }
+    }
+
+    /// Runtime extents, in parameter order after the tensors.
+    pub fn extents(&self) -> &[DimVar] {
+        match self {
+            Kernel::Tile(k) => &k.extents,
+            Kernel::Stage(k) => &k.extents,
+        }
+    }
+
+    /// The grid axes, flattened into `blockIdx.x` with the last fastest.
+    pub fn grid(&self) -> &[GridAxis] {
+        match self {
+            Kernel::Tile(k) => &k.grid,
+            Kernel::Stage(k) => &k.grid,
+        }
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        match self {
+            Kernel::Tile(k) => k.warps.threads(),
+            Kernel::Stage(k) => k.threads(),
+        }
+    }
+
+    /// Dynamic shared memory per block, bytes.
+    pub fn smem_bytes(&self) -> u64 {
+        match self {
+            Kernel::Tile(k) => k.smem_bytes,
+            Kernel::Stage(_) => 0,
+        }
+    }
+
+    /// The kernel as readable pseudocode (the paper's Listing 1 for a tile program).
+    pub fn show(&self, dims: &DimTable) -> String {
+        match self {
+            Kernel::Tile(k) => super::program::ShowKernel { kernel: k, dims }.to_string(),
+            Kernel::Stage(k) => format!("{}\n", k.show(dims)),
+        }
+    }
+
+    /// The tile program, when this is one.
+    pub fn tile(&self) -> Option<&TileKernel> {
+        match self {
+            Kernel::Tile(k) => Some(k),
+            Kernel::Stage(_) => None,
+        }
+    }
+}
 
 /// Everything a backend needs to run one declared kernel.
 #[derive(Clone, Debug)]
@@ -13,7 +96,7 @@ pub struct Launch {
     /// fixed).
     pub graph: ValidGraph,
     /// The kernels, run in order.
-    pub kernels: Vec<TileKernel>,
+    pub kernels: Vec<Kernel>,
     /// Workspaces (f32) shared between kernels.
     pub workspaces: Vec<Workspace>,
     /// Per kernel: estimated registers per thread.
@@ -68,17 +151,38 @@ pub fn assemble(
     let mut registers = Vec::with_capacity(planned.len());
     for (k, p) in planned.into_iter().enumerate() {
         if let Some(shape) = p.max_shape {
-            workspaces.push(Workspace { name: format!("ws{}", workspaces.len()), shape, node: None });
+            let name = format!("ws{}", workspaces.len());
+            workspaces.push(Workspace { name, shape, node: None, ty: WorkspaceType::F32 });
             scaled.extend(p.scaled_outputs.iter().map(|&o| part.kernels[k].outputs[o]));
         }
         let mut kernel = p.kernel;
         kernel.symbol = format!("{symbol_prefix}_{k}");
-        kernels.push(kernel);
+        kernels.push(Kernel::Tile(kernel));
         registers.push(p.registers);
     }
     // Every scaled partial must be read by a kernel that merges it.
     if scaled.iter().any(|s| !part.kernels.iter().any(|kg| kg.inputs.contains(s))) {
         return Err(PlanError::UnmergedScaledPartial);
     }
+    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers })
+}
+
+/// Registers per thread a stage kernel is estimated to need: a few extended-exponent values
+/// and the index arithmetic.
+const STAGE_REGISTERS: u64 = 48;
+
+/// The fallback launch of `graph`: its stages, kernel `k` named `{symbol_prefix}_{k}`.
+pub fn fallback(graph: &ValidGraph, symbol_prefix: &str) -> Result<Launch, PlanError> {
+    let (stages, workspaces) = stages(graph)?;
+    let kernels: Vec<Kernel> = stages
+        .into_iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let mut kernel = Kernel::Stage(s);
+            kernel.set_symbol(format!("{symbol_prefix}_{k}"));
+            kernel
+        })
+        .collect();
+    let registers = vec![STAGE_REGISTERS; kernels.len()];
     Ok(Launch { graph: graph.clone(), kernels, workspaces, registers })
 }

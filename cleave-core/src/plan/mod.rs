@@ -18,12 +18,14 @@ pub mod launch;
 pub mod lower;
 pub mod partition;
 pub mod program;
+pub mod stage;
 
-pub use cost::{kernel_cost, Cost};
+pub use cost::{cost_of, kernel_cost, stage_cost, Cost};
 pub use error::PlanError;
-pub use launch::{assemble, kernel_io, Launch};
+pub use launch::{assemble, fallback, kernel_io, Kernel, Launch};
 pub use lower::{lower, KernelIo, Planned};
-pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace};
+pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace, WorkspaceType};
 pub use program::{
     Binding, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, TileKernel, Warps,
 };
+pub use stage::{Ix, SExpr, StageKernel};

@@ -36,7 +36,26 @@ pub struct KernelGraph {
     pub outputs: Vec<Binding>,
 }
 
-/// A workspace tensor: f32, with a shape over the launch's dims.
+/// What a workspace's elements are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WorkspaceType {
+    /// f32 (between tile kernels).
+    F32,
+    /// Extended-exponent floats, an f32 mantissa and an i32 exponent (between stage kernels).
+    Extended,
+}
+
+impl WorkspaceType {
+    /// Bytes per element.
+    pub fn bytes(self) -> u32 {
+        match self {
+            WorkspaceType::F32 => 4,
+            WorkspaceType::Extended => 8,
+        }
+    }
+}
+
+/// A workspace tensor, with a shape over the launch's dims.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Workspace {
     /// Printed name.
@@ -45,6 +64,8 @@ pub struct Workspace {
     pub shape: Vec<Dim>,
     /// The node of the partitioned graph it holds (`None`: a running max the planner added).
     pub node: Option<NodeId>,
+    /// Its elements.
+    pub ty: WorkspaceType,
 }
 
 /// The kernels of a launch, in order, and the workspaces between them.
@@ -146,7 +167,7 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     for id in g.ids() {
         if part[id.index()] == Part::Split && users[id.index()].iter().any(|u| part[u.index()] == Part::Combine) {
             let name = format!("ws{}", workspaces.len());
-            workspaces.push(Workspace { name, shape: g.shape(id).to_vec(), node: Some(id) });
+            workspaces.push(Workspace { name, shape: g.shape(id).to_vec(), node: Some(id), ty: WorkspaceType::F32 });
         }
     }
     for o in &g.outputs {
