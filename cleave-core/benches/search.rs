@@ -3,6 +3,7 @@
 //! Run with `cargo bench -p cleave-core --bench search [-- NAME_SUBSTRING ...]`. Prints a
 //! Markdown table (seconds, states explored, graphs found, split graphs, stop reason) for
 //! `bench/RESULTS.md`. Environment:
+//! - `CLEAVE_SEARCH_FILE` reads another declaration file than `kernels.yaml`;
 //! - `CLEAVE_SEARCH_TIME_LIMIT` (seconds) overrides the time limit;
 //! - `CLEAVE_SEARCH_NO_SPLIT` turns Split off;
 //! - `CLEAVE_SEARCH_VERBOSE` prints every found graph instead of the table;
@@ -37,8 +38,10 @@ fn row(name: &str, variant: &str, graph: &ValidGraph, opts: &SearchOptions) {
 
 fn main() {
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels.yaml")).expect("kernels.yaml");
-    let module = check_source(&text).expect("kernels.yaml checks");
+    let file = std::env::var("CLEAVE_SEARCH_FILE")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels.yaml").to_string());
+    let text = std::fs::read(&file).expect("the declaration file");
+    let module = check_source(&text).expect("the declaration file checks");
     let mut opts = SearchOptions::default();
     let verbose = std::env::var("CLEAVE_SEARCH_VERBOSE").is_ok();
     let ablation = std::env::var("CLEAVE_SEARCH_ABLATION").is_ok();
