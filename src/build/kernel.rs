@@ -102,8 +102,8 @@ pub(crate) fn build(job: &Job, opts: &Options, cache_root: &Path) -> Result<Gene
         return Ok(hit);
     }
     let start = Instant::now();
-    let compiled = pipeline::compile(&job.graph, opts).map_err(|e| e.to_string())?;
-    let generated = generate(job, &compiled, start)?;
+    let compiled = guarded("search and scheduling", || pipeline::compile(&job.graph, opts).map_err(|e| e.to_string()))?;
+    let generated = guarded("code generation", || generate(job, &compiled, start))?;
     let entry = json!({
         "kernel": name,
         "cuda": generated.cuda,
@@ -114,6 +114,23 @@ pub(crate) fn build(job: &Job, opts: &Options, cache_root: &Path) -> Result<Gene
     // A cache that cannot be written only costs the next build a search.
     let _ = cache::publish(&path, entry.to_string().as_bytes());
     Ok(generated)
+}
+
+/// Runs one stage of a kernel's build and turns a panic in it into that kernel's error, naming
+/// the stage: a compiler bug fails one kernel with a message, never the whole build script
+/// with a backtrace.
+fn guarded<T>(stage: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(format!("internal error in {stage}: {msg}"))
+        }
+    }
 }
 
 fn load(path: &Path, name: &str) -> Option<Generated> {
@@ -231,4 +248,19 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
             states: compiled.search.as_ref().map_or(0, |s| s.states_explored),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guarded;
+
+    #[test]
+    fn a_panic_in_a_stage_is_an_error_that_names_it() {
+        let r: Result<(), String> = guarded("code generation", || panic!("index out of bounds"));
+        assert_eq!(r, Err("internal error in code generation: index out of bounds".to_string()));
+        let r: Result<(), String> = guarded("search and scheduling", || panic!("{}", String::from("bad tile")));
+        assert_eq!(r, Err("internal error in search and scheduling: bad tile".to_string()));
+        assert_eq!(guarded("x", || Ok::<_, String>(3)), Ok(3));
+        assert_eq!(guarded("x", || Err::<(), _>("plain".to_string())), Err("plain".to_string()));
+    }
 }

@@ -18,6 +18,10 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     if o.switch("no-split") {
         opts.search.split = false;
     }
-    let c = compile(graph, &opts).map_err(|e| UserError(format!("{}: kernel `{}`: {e}", o.file, graph.name)))?;
+    let c = compile(graph, &opts).map_err(|e| {
+        UserError(
+            cleave_core::front::Diagnostic::new(decl.name_pos, format!("kernel `{}`: {e}", graph.name)).render(&o.file),
+        )
+    })?;
     Ok((decl, c))
 }

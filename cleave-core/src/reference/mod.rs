@@ -19,7 +19,7 @@ pub use random::{random_inputs, InputScale, Rng};
 
 pub use crate::eval::strides;
 use crate::eval::{eval_into, Dense, Domain, EvalError};
-use crate::graph::{BinaryOp, Bindings, NodeId, ReduceOp, UnaryOp, ValidGraph};
+use crate::graph::{BinaryOp, Bindings, Graph, NodeId, ReduceOp, UnaryOp, ValidGraph};
 
 /// A dense row-major tensor of f64.
 pub type Tensor = Dense<f64>;
@@ -133,6 +133,49 @@ pub fn eval_nodes(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor]) ->
 /// The reference value of one node, for tests and diagnostics.
 pub fn eval_node(graph: &ValidGraph, bindings: &Bindings, inputs: &[Tensor], node: NodeId) -> Result<Tensor, RefError> {
     Ok(eval_nodes(graph, bindings, inputs)?.swap_remove(node.index()))
+}
+
+/// Unit roundoff of a dtype: half the distance from 1 to the next value (bf16 keeps 8 bits of
+/// mantissa, f16 11, f32 24).
+pub fn unit_roundoff(d: crate::graph::DType) -> f64 {
+    use crate::graph::DType;
+    match d {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        DType::F32 => 2f64.powi(-24),
+    }
+}
+
+/// The tolerance on [`max_rel_err`] for a kernel computing `g` at `bindings`, whose exps see
+/// arguments up to `max_exp_arg` in magnitude:
+///
+/// `40 u + 16 u_f32 (sqrt(K) + max |exp argument|)`
+///
+/// with `u` the unit roundoff of the least precise type among the outputs and the matmul
+/// operands (a product rounds a computed operand to its other operand's 16-bit type), and `K`
+/// the longest reduction. The first term is a few roundings at the output's precision; the
+/// second is f32 accumulation, whose error grows with the square root of a reduction's length
+/// and is multiplied by an exp by its argument's magnitude.
+pub fn tolerance(g: &Graph, bindings: &Bindings, max_exp_arg: f64) -> f64 {
+    use crate::graph::Op;
+    let mut u = g.outputs.iter().map(|o| unit_roundoff(o.decl.dtype)).fold(0.0, f64::max);
+    let mut longest = 1usize;
+    for n in &g.nodes {
+        match n.op {
+            Op::MatMul => {
+                for a in &n.args {
+                    if let Op::Input(i) = g.node(*a).op {
+                        u = u.max(unit_roundoff(g.inputs[i as usize].decl.dtype));
+                    }
+                }
+                let k = g.shape(n.args[0]);
+                longest = longest.max(bindings.extent(k[k.len() - 1]));
+            }
+            Op::Reduce(_, axis) => longest = longest.max(bindings.extent(g.shape(n.args[0])[axis as usize])),
+            _ => {}
+        }
+    }
+    40.0 * u + 16.0 * unit_roundoff(crate::graph::DType::F32) * ((longest as f64).sqrt() + max_exp_arg.abs())
 }
 
 /// Error metric used to compare a computed tensor with the reference: the largest elementwise
