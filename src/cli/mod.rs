@@ -17,11 +17,13 @@ usage: cleave <command> FILE [options]
 commands:
   check FILE                              parse and validate a declaration file
   search FILE --kernel NAME [--json]      run the algebraic phase: equivalent graphs
-  schedule FILE --kernel NAME [--json]    run the scheduling phase: candidates, best first
+  schedule FILE --kernel NAME [--json] [--rank N]
+                                          run the scheduling phase: candidates, best first,
+                                          and the program of the chosen one (or of rank N)
   emit FILE --kernel NAME --target cuda|tilelang|rust --out DIR
                                           write the generated sources
   explain FILE --kernel NAME              every stage, readable: graphs, cost table, program
-  run FILE --kernel NAME --backend emulate [--dims s=256,l=512] [--seed N] [--scale X]
+  run FILE --kernel NAME --backend emulate [--dims s=256,l=512] [--seed N] [--scale X,q=Y]
       [--source DIR] [--checks all|none|races,bounds] [--schedule random|round-robin|run-ahead]
                                           run the generated CUDA (or DIR/NAME.cu from `emit`)
                                           on the host emulator, checking for races, hazards and
@@ -108,7 +110,7 @@ pub(crate) fn run(args: &[String]) -> i32 {
         "explain" => Opts::parse(rest, &["kernel"], &["no-split"]).and_then(|o| explain::run(&o)),
         "search" => Opts::parse(rest, &["kernel", "max-ops", "max-states", "time-limit"], &["json", "no-split"])
             .and_then(|o| search::run(&o)),
-        "schedule" => Opts::parse(rest, &["kernel"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
+        "schedule" => Opts::parse(rest, &["kernel", "rank"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
         "emit" => Opts::parse(rest, &["kernel", "target", "out"], &["no-split"]).and_then(|o| emit::run(&o)),
         "run" => Opts::parse(
             rest,

@@ -9,6 +9,7 @@ use cleave::runtime::host::EmuOptions;
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::graph::Bindings;
 use cleave_core::graph::{Op, UnaryOp};
+use cleave_core::plan::Kernel;
 use cleave_core::reference::{eval_nodes, max_rel_err, random_inputs, tolerance, InputScale};
 
 use super::compile::compile_kernel;
@@ -27,13 +28,9 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         Some(s) => s.parse().map_err(|_| UserError(format!("--seed expects an integer, got `{s}`")))?,
         None => 1,
     };
-    let scale: f64 = match o.value("scale") {
-        Some(s) => s
-            .parse()
-            .ok()
-            .filter(|x: &f64| x.is_finite() && *x > 0.0)
-            .ok_or_else(|| UserError(format!("--scale expects a positive number, got `{s}`")))?,
-        None => 1.0,
+    let scale = match o.value("scale") {
+        Some(s) => parse_scale(s)?,
+        None => InputScale::default(),
     };
     // Flags win over the environment's CLEAVE_EMU_CHECKS and CLEAVE_EMU_SCHEDULE.
     let env = |name: &str| std::env::var(name).ok();
@@ -90,7 +87,12 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
     }
     .map_err(UserError)?;
-    let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
+    for (name, _) in &scale.per_input {
+        if !g.inputs.iter().any(|i| &i.decl.name == name) {
+            return Err(UserError(format!("--scale: `{name}` is not an input of `{}`", g.name)));
+        }
+    }
+    let inputs = random_inputs(g, &b, seed, &scale);
     let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
     let want: Vec<_> = g.outputs.iter().map(|o| values[o.node.index()].clone()).collect();
     // How large the exponents got: the point of large-magnitude inputs is to reach them.
@@ -107,7 +109,23 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         lib.run_with(launch, &lb, &inputs, seed, &options).map_err(|e| UserError(format!("emulation failed: {e}")))?;
     let dims: Vec<String> =
         g.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, d)| format!("{}={}", d.name, b.values[v.index()])).collect();
-    println!("kernel={} dims={} seed={seed} scale={scale} launches={}", g.name, dims.join(","), launch.kernels.len());
+    // Which path each launch took: a tile program from a schedule, or a fallback stage.
+    let kinds: Vec<&str> = launch
+        .kernels
+        .iter()
+        .map(|k| match k {
+            Kernel::Tile(_) => "tile",
+            Kernel::Stage(_) => "stage",
+        })
+        .collect();
+    println!(
+        "kernel={} dims={} seed={seed} scale={} launches={} kinds={}",
+        g.name,
+        dims.join(","),
+        o.value("scale").unwrap_or("1"),
+        launch.kernels.len(),
+        kinds.join(",")
+    );
     if let Some((lo, hi)) = exp_range {
         println!("exp arguments range over [{lo:.1}, {hi:.1}]");
     }
@@ -125,4 +143,24 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         return Err(UserError(format!("max_rel_err {worst:.3e} exceeds the tolerance {tol:.3e}")));
     }
     Ok(())
+}
+
+/// `--scale` is a standard deviation for every input (`8`), per input (`q=11,k=11`), or both
+/// (`8,v=1`: the named inputs get theirs, the others the first).
+fn parse_scale(spec: &str) -> Result<InputScale, UserError> {
+    let mut scale = InputScale::default();
+    let positive = |v: &str| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| UserError(format!("--scale expects positive numbers, got `{v}`")))
+    };
+    for part in spec.split(',') {
+        match part.split_once('=') {
+            Some((name, v)) => scale.per_input.push((name.trim().to_string(), positive(v)?)),
+            None => scale.default = positive(part)?,
+        }
+    }
+    Ok(scale)
 }

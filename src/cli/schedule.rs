@@ -17,8 +17,19 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         println!("{}", serde_json::to_string_pretty(&to_json(&c)).unwrap_or_default());
     } else {
         print!("{}", table(&c));
-        println!("\nchosen program:");
-        print!("{}", programs(&c.ranked[0]));
+        // `--rank N` shows another kept candidate's program, to compare it with the chosen one.
+        let rank: usize = match o.value("rank") {
+            Some(r) => r.parse().ok().filter(|r| *r < c.ranked.len()).ok_or_else(|| {
+                UserError(format!("--rank expects a rank of the table (0..{}), got `{r}`", c.ranked.len()))
+            })?,
+            None => 0,
+        };
+        if rank == 0 {
+            println!("\nchosen program:");
+        } else {
+            println!("\nprogram of rank {rank}:");
+        }
+        print!("{}", programs(&c.ranked[rank]));
     }
     Ok(())
 }

@@ -229,6 +229,11 @@ impl Gen<'_> {
         format!("({} + cleave_off<{}, {}, {}>({r}, {c}))", self.smem_base(b), g.row_bytes, g.size, g.mode)
     }
 
+    /// Rows the fragment loops of a block cover: 16 per MMA tile.
+    fn row_span(&self) -> u64 {
+        16 * u64::from(self.k.warps.m) * u64::from(self.k.warps.m_tiles)
+    }
+
     fn frag_tiles(&self, cols: u64) -> u64 {
         cols.div_ceil(8 * u64::from(self.k.warps.n))
     }
@@ -270,7 +275,24 @@ impl Gen<'_> {
                 let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
                 let r = if rows == 1 { "0" } else { "row" };
                 let c = if cols == 1 { "0" } else { "col" };
-                format!("cleave::to_float(cleave::ld_shared<{}>({}))", ctype(dtype), self.tile_ptr(*b, r, c))
+                let read =
+                    format!("cleave::to_float(cleave::ld_shared<{}>({}))", ctype(dtype), self.tile_ptr(*b, r, c));
+                // The fragment loops cover 16-row MMA tiles and 8-column groups; a tile with
+                // fewer rows or a ragged column count must not be read past its end, where the
+                // next buffer (or the end of shared memory) lies. Those elements are padding,
+                // read as zero like the rows a partial tile does not have.
+                let mut guards = Vec::new();
+                if rows > 1 && rows < self.row_span() {
+                    guards.push(format!("row < {rows}"));
+                }
+                if cols > 1 && cols % (8 * u64::from(self.k.warps.n)) != 0 {
+                    guards.push(format!("col < {cols}"));
+                }
+                if guards.is_empty() {
+                    read
+                } else {
+                    format!("(({}) ? {read} : 0.0f)", guards.join(" && "))
+                }
             }
             Expr::Unary(u, a) => {
                 let x = self.expr(a);
@@ -298,6 +320,9 @@ impl Gen<'_> {
             Expr::ExpDiff(a, b) => format!("cleave_exp_diff({}, {})", self.expr(a), self.expr(b)),
             Expr::MaskCols(a, limits, fill) => {
                 format!("(({}) ? {} : {})", self.limits_ok(limits, "col"), self.expr(a), flit(*fill))
+            }
+            Expr::MaskSlice(a, limits, fill) => {
+                format!("(({}) ? {} : {})", self.limits_ok(limits, "0"), self.expr(a), flit(*fill))
             }
         }
     }
@@ -489,7 +514,16 @@ impl Gen<'_> {
         self.depth += 1;
         match a {
             MmaA::Smem { buf, trans: false } => {
-                self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                // A tile of fewer rows than the MMA tiles cover repeats its last row into the
+                // padding rows: the addresses stay inside the tile, and padding rows of the
+                // product are never stored.
+                let BufKind::Smem { rows, .. } = self.k.buf(buf).kind else { unreachable!("tiles are smem") };
+                if rows < self.row_span() {
+                    self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                    self.line(&format!("const int r = r0 < {rows} ? r0 : {};", rows - 1));
+                } else {
+                    self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                }
                 self.line("const int cc = kk * 16 + (lane >> 4) * 8;");
                 let p = self.tile_ptr(buf, "r", "cc");
                 self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));

@@ -191,6 +191,9 @@ impl Py<'_> {
             Expr::MaskCols(a, ls, fill) => {
                 format!("T.if_then_else({}, {}, {})", self.limits(ls, "j"), self.expr(a), flit(*fill))
             }
+            Expr::MaskSlice(a, ls, fill) => {
+                format!("T.if_then_else({}, {}, {})", self.limits(ls, "0"), self.expr(a), flit(*fill))
+            }
         }
     }
 

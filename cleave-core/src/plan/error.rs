@@ -52,6 +52,12 @@ pub enum PlanError {
     /// A left matmul operand whose rows are not the block's rows.
     #[error("a left matmul operand whose rows are not the block's rows")]
     LeftOperandRows,
+    /// A transposed left operand needs whole 16-row tiles.
+    #[error("a transposed left matmul operand over {rows} rows (not a multiple of 16)")]
+    TransposedLeftOperandRows {
+        /// Rows of the block.
+        rows: u64,
+    },
     /// A product whose register operand would be rounded to 16 bits before an exp.
     #[error("a product that feeds an exp would round its left operand to 16 bits")]
     RoundedBeforeExp,

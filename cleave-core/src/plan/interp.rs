@@ -114,12 +114,19 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
             rem /= n;
         }
         let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], live: Vec::new() };
-        b.live = match first_store(&k.body) {
-            Some((p, tm)) => {
-                let shape = &globals[&k.params[p].binding].0;
-                (0..k.rows).filter(|r| b.address(tm, shape, *r, 0).is_some()).map(|r| r as usize).collect()
-            }
-            None => (0..k.rows as usize).collect(),
+        // A row is live when any store writes it: outputs of one block can cover different
+        // rows (a scalar next to a row tile).
+        let mut stores = Vec::new();
+        all_stores(&k.body, &mut stores);
+        b.live = if stores.is_empty() {
+            (0..k.rows as usize).collect()
+        } else {
+            (0..k.rows)
+                .filter(|r| {
+                    stores.iter().any(|(p, tm)| b.address(tm, &globals[&k.params[*p].binding].0, *r, 0).is_some())
+                })
+                .map(|r| r as usize)
+                .collect()
         };
         for (i, buf) in k.bufs.iter().enumerate() {
             b.regs[i] = match buf.kind {
@@ -132,13 +139,15 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
     }
 }
 
-/// The first store of a body: its tile map gives the block's valid rows.
-fn first_store(body: &[Stmt]) -> Option<(usize, &TMap)> {
-    body.iter().find_map(|s| match s {
-        Stmt::Store { param, tmap, .. } => Some((param.0 as usize, tmap)),
-        Stmt::Loop { body, .. } => first_store(body),
-        _ => None,
-    })
+/// Every store of a body, loops included.
+fn all_stores<'a>(body: &'a [Stmt], out: &mut Vec<(usize, &'a TMap)>) {
+    for s in body {
+        match s {
+            Stmt::Store { param, tmap, .. } => out.push((param.0 as usize, tmap)),
+            Stmt::Loop { body, .. } => all_stores(body, out),
+            _ => {}
+        }
+    }
 }
 
 impl Block<'_> {
@@ -202,6 +211,11 @@ impl Block<'_> {
             let base = l.base.eval(&iters, &dims);
             valid = valid.min(self.dim(l.bound).saturating_sub(base));
         }
+        // A row past the end of its axis (the last part of a ragged split can start there)
+        // has nothing to read.
+        if valid == 0 {
+            return None;
+        }
         Some((idx + start as usize, valid))
     }
 
@@ -241,6 +255,13 @@ impl Block<'_> {
                     0.0
                 } else {
                     (x - self.eval(b, row, col)).exp()
+                }
+            }
+            Expr::MaskSlice(a, limits, fill) => {
+                if self.valid(limits, 0) {
+                    self.eval(a, row, col)
+                } else {
+                    *fill as f32
                 }
             }
             Expr::MaskCols(a, limits, fill) => {

@@ -97,6 +97,10 @@ pub enum PartitionError {
     /// An output of the split kernel.
     #[error("the output `{0}` is computed before the Split-K combine")]
     OutputBeforeCombine(String),
+    /// A workspace over the chunks of a split whose last chunk runs past the axis: the split
+    /// kernel would store the padding, and the combine would reduce it.
+    #[error("a Split-K workspace over the ragged chunks of `{0}`")]
+    RaggedChunkWorkspace(String),
     /// A kernel graph that fails validation (a partitioning bug).
     #[error("kernel {kernel} of the partition is invalid: {error}")]
     InvalidKernel {
@@ -167,6 +171,16 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     for id in g.ids() {
         if part[id.index()] == Part::Split && users[id.index()].iter().any(|u| part[u.index()] == Part::Combine) {
             let name = format!("ws{}", workspaces.len());
+            for d in g.shape(id) {
+                if let Dim::Var(v) = d {
+                    if let DimKind::SplitChunk { of, count } = g.dims.get(*v).kind {
+                        let (of, count) = (g.dims.get(of), g.dims.get(count).value);
+                        if of.dynamic || of.value % count.max(1) != 0 {
+                            return Err(PartitionError::RaggedChunkWorkspace(of.name.clone()));
+                        }
+                    }
+                }
+            }
             workspaces.push(Workspace { name, shape: g.shape(id).to_vec(), node: Some(id), ty: WorkspaceType::F32 });
         }
     }

@@ -96,6 +96,10 @@ pub enum Expr {
     /// The value, or `fill` at columns outside the tensor (`base + col < extent(bound)` fails
     /// for some limit): -inf so that a maximum and an exp ignore them.
     MaskCols(Box<Expr>, Vec<Limit>, f64),
+    /// The value, or `fill` when the current slice of a non-last axis lies outside the tensor
+    /// (`base < extent(bound)` fails for some limit): the last chunk of a ragged split can run
+    /// past its axis, and a reduction must see its identity there, not the loads' zero fill.
+    MaskSlice(Box<Expr>, Vec<Limit>, f64),
 }
 
 impl Expr {
@@ -119,7 +123,7 @@ impl Expr {
         match self {
             Expr::Src(Src::Reg(b) | Src::Tile(b)) => out.push(*b),
             Expr::Src(Src::Const(_) | Src::Extent(_)) => {}
-            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) => a.bufs(out),
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => a.bufs(out),
             Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
                 a.bufs(out);
                 b.bufs(out);
@@ -381,6 +385,7 @@ impl ShowKernel<'_> {
             }
             Expr::ExpDiff(a, b) => format!("exp({} - {})", self.expr(a), self.expr(b)),
             Expr::MaskCols(a, _, fill) => format!("mask({}, {fill:?})", strip(&self.expr(a))),
+            Expr::MaskSlice(a, _, fill) => format!("mask_slice({}, {fill:?})", strip(&self.expr(a))),
         }
     }
 

@@ -151,8 +151,9 @@ pub fn unit_roundoff(d: crate::graph::DType) -> f64 {
 ///
 /// `40 u + 16 u_f32 (sqrt(K) + max |exp argument|)`
 ///
-/// with `u` the unit roundoff of the least precise type among the outputs and the matmul
-/// operands (a product rounds a computed operand to its other operand's 16-bit type), and `K`
+/// with `u` the unit roundoff of the least precise type among the outputs and the types that a
+/// computed matmul operand is rounded to (the tensor cores take it in the type of the input it
+/// multiplies; inputs themselves are exact, the reference reads the same rounded values), and `K`
 /// the longest reduction. The first term is a few roundings at the output's precision; the
 /// second is f32 accumulation, whose error grows with the square root of a reduction's length
 /// and is multiplied by an exp by its argument's magnitude.
@@ -163,10 +164,17 @@ pub fn tolerance(g: &Graph, bindings: &Bindings, max_exp_arg: f64) -> f64 {
     for n in &g.nodes {
         match n.op {
             Op::MatMul => {
-                for a in &n.args {
-                    if let Op::Input(i) = g.node(*a).op {
-                        u = u.max(unit_roundoff(g.inputs[i as usize].decl.dtype));
+                // A computed left operand is rounded to the type of an input right operand.
+                // (A transposed input is still the input, read in its own type.)
+                let input = |a: NodeId| {
+                    let a = if g.node(a).op == Op::Transpose { g.node(a).args[0] } else { a };
+                    match g.node(a).op {
+                        Op::Input(i) => Some(g.inputs[i as usize].decl.dtype),
+                        _ => None,
                     }
+                };
+                if let (None, Some(t)) = (input(n.args[0]), input(n.args[1])) {
+                    u = u.max(unit_roundoff(t));
                 }
                 let k = g.shape(n.args[0]);
                 longest = longest.max(bindings.extent(k[k.len() - 1]));

@@ -13,7 +13,7 @@ use super::config::TileConfig;
 use super::error::ScheduleError;
 use super::itgraph::{ItGraph, ItNode, LoopAxis, LoopKind};
 use super::tmap::{full_range, operand_tmaps, reduced_axis};
-use crate::graph::{Dim, DimKind, Graph, NodeId};
+use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId};
 use crate::index::{Affine, AxisRange, IterId, Limit, TMap};
 
 /// Allocates fresh iterators.
@@ -33,11 +33,17 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, ScheduleError> {
     let live = g.live();
     let ops: Vec<NodeId> = g.ids().filter(|id| live[id.index()]).collect();
 
-    // Grid: one parallel axis per output dim that is tiled (or dynamic, hence always tiled).
+    // Grid: one parallel axis per output axis that is tiled (or dynamic, hence always tiled).
+    // Outputs share the grid axis of a dim (attention's output and its log-sum-exp walk the
+    // same query tiles), but two axes of one output over the same dim (a Gram matrix x·xᵀ over
+    // [n, n]) are independent and get one grid axis each: the k-th axis over a dim in every
+    // output is the k-th grid axis of that dim. Outputs whose axes pair up otherwise get tile
+    // maps that conflict, which the back-propagation rejects.
     let mut loops: Vec<LoopAxis> = Vec::new();
     let mut seeds: BTreeMap<NodeId, TMap> = BTreeMap::new();
     for out in &g.outputs {
         let mut axes = Vec::new();
+        let mut seen: Vec<DimVar> = Vec::new();
         for &d in g.shape(out.node) {
             let Dim::Var(v) = d else {
                 axes.push(AxisRange::unit());
@@ -46,8 +52,10 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, ScheduleError> {
             let info = g.dims.get(v);
             let tile = cfg.out.get(&v).copied().unwrap_or(info.value).min(info.value.max(1));
             let tiled = info.dynamic || tile < info.value;
+            let occurrence = seen.iter().filter(|&&x| x == v).count();
+            seen.push(v);
             let offset = if tiled {
-                let iter = match loops.iter().find(|l| l.dim == v) {
+                let iter = match loops.iter().filter(|l| l.dim == v).nth(occurrence) {
                     Some(l) => l.iter,
                     None => {
                         let iter = iters.fresh();
@@ -280,7 +288,14 @@ fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut
                 let arg = g.node(node).args[0];
                 let outer = outer_tmaps.get(&arg)?.axes[a].clone();
                 if group.contains(&node) {
-                    Some(outer.sub(&Affine::iter(iter, tile), tile))
+                    let at = Affine::iter(iter, tile);
+                    let mut r = outer.sub(&at, tile);
+                    // The last tile of a static axis its tile does not divide runs past the
+                    // end: the loads stop there, and the reduction must too.
+                    if g.dims.get(dvar).value % tile != 0 && !r.limits.iter().any(|l| l.bound == dvar) {
+                        r.limits.push(Limit { base: at, bound: dvar });
+                    }
+                    Some(r)
                 } else {
                     Some(outer)
                 }

@@ -77,7 +77,7 @@ fn collect_extents(body: &[Stmt], out: &mut BTreeSet<DimVar>) {
                 expr(a, out);
                 expr(b, out);
             }
-            Expr::MaskCols(a, limits, _) => {
+            Expr::MaskCols(a, limits, _) | Expr::MaskSlice(a, limits, _) => {
                 expr(a, out);
                 for l in limits {
                     out.insert(l.bound);

@@ -146,7 +146,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     lowerer.level(it, &stab, &mut body)?;
     let (scaled_outputs, max_shape) = lowerer.stores(it, primary, &mut body)?;
 
-    let warps = lowerer.warps(cfg);
+    let warps = lowerer.warps(cfg, &body);
     let registers = lowerer.register_estimate(warps, &body);
     if registers > REGISTER_BUDGET {
         return Err(PlanError::OverRegisterBudget { registers, budget: REGISTER_BUDGET });
@@ -201,7 +201,7 @@ impl Lowerer<'_> {
         let g = self.g;
         let mut scaled_outputs = Vec::new();
         for (o, out) in g.outputs.iter().enumerate() {
-            let tmap = it.tmaps[&out.node].clone();
+            let tmap = it.tmaps.get(&out.node).cloned().ok_or(PlanError::OutputWithoutTile(out.node))?;
             let val = self.values.get(&out.node).cloned().ok_or(PlanError::OutputNotComputed(out.node))?;
             let (expr, cols, scale) = self.as_reg(&val, &tmap)?;
             let expr = match (scale, self.io.outputs[o]) {
@@ -230,7 +230,7 @@ impl Lowerer<'_> {
         }
         let mut max_shape = None;
         if let (Some(m), Some(mb)) = (self.stored_max, self.io.max_output) {
-            let mut tmap = it.tmaps[&primary].clone();
+            let mut tmap = it.tmaps.get(&primary).cloned().ok_or(PlanError::OutputWithoutTile(primary))?;
             if let Some(last) = tmap.axes.last_mut() {
                 *last = AxisRange::unit();
             }
@@ -319,7 +319,7 @@ impl Lowerer<'_> {
         let axis = inner.loops[0];
         // Accumulators start at the identity of their reduction.
         for &r in &inner.accumulates {
-            let tm = &inner.tmaps[&r];
+            let tm = inner.tmaps.get(&r).ok_or(PlanError::MissingAccumulator(r))?;
             let cols = tm.axes.last().map_or(1, |a| a.extent);
             let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols } };
             let b = self.buf(format!("t{}", r.0), kind);
@@ -334,7 +334,16 @@ impl Lowerer<'_> {
         self.start_running_maxima(&stab, body);
         let mut loop_body = Vec::new();
         let mut hoisted = Vec::new();
+        // A node the enclosing level already has (an input both a reduction inside and an
+        // elementwise op outside read) is lowered again inside, at the loop's tile; after the
+        // loop the enclosing level must see its own value again, not the last iteration's.
+        let outer = self.values.clone();
         self.level(inner, &stab, &mut loop_body)?;
+        for (id, v) in outer {
+            if !inner.accumulates.contains(&id) {
+                self.values.insert(id, v);
+            }
+        }
         // Hoist loads whose tile does not move with this loop.
         loop_body.retain(|s| match s {
             Stmt::Load { tmap, .. } if !tmap.uses(axis.iter) => {

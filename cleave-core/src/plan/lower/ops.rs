@@ -114,7 +114,7 @@ impl Lowerer<'_> {
         body: &mut Vec<Stmt>,
     ) -> Result<(), PlanError> {
         let n = self.g.node(id).clone();
-        let tm = it.tmaps[&id].clone();
+        let tm = it.tmaps.get(&id).cloned().ok_or(PlanError::UsedBeforeComputed(id))?;
         let cols = tm.axes.last().map_or(1, |a| a.extent);
         let val = match n.op {
             Op::Const(c) => Value::Const(c),
@@ -131,7 +131,7 @@ impl Lowerer<'_> {
                     tile
                 }
             }
-            Op::Transpose => match self.values[&n.args[0]].clone() {
+            Op::Transpose => match self.value(n.args[0])? {
                 Value::Tile { buf, tmap, trans } => {
                     let mut tmap = tmap;
                     let r = tmap.axes.len();
@@ -140,7 +140,7 @@ impl Lowerer<'_> {
                 }
                 _ => return Err(PlanError::TransposeOfComputed),
             },
-            Op::Split(_) => match self.values[&n.args[0]].clone() {
+            Op::Split(_) => match self.value(n.args[0])? {
                 Value::Tile { buf, trans: false, .. } => Value::Tile { buf, tmap: tm.clone(), trans: false },
                 _ => return Err(PlanError::SplitOfComputed),
             },
@@ -161,9 +161,16 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// The lowered value of an operand. An operand the loop walk has not reached (a value
+    /// consumed in a loop level above the one that computes it) is a rejection of this
+    /// schedule, never a panic.
+    fn value(&self, id: NodeId) -> Result<Value, PlanError> {
+        self.values.get(&id).cloned().ok_or(PlanError::UsedBeforeComputed(id))
+    }
+
     /// The lowered value of an operand as a block-layout expression.
     fn arg(&mut self, id: NodeId, it: &ItGraph) -> Result<(Expr, u64, Option<Scale>), PlanError> {
-        let v = self.values.get(&id).cloned().ok_or(PlanError::UsedBeforeComputed(id))?;
+        let v = self.value(id)?;
         let tm = it.tmaps.get(&id).cloned().unwrap_or(TMap { axes: Vec::new() });
         self.as_reg(&v, &tm)
     }
@@ -184,19 +191,15 @@ impl Lowerer<'_> {
             return self.stabilize_exp(id, e, s, st, tm, body);
         }
         let (e, s) = match (u, s) {
-            (UnaryOp::Neg, s) => (e, s),
             // log(x · exp(m)^d) = log(x) + d · m: the scale leaves through the log.
             (UnaryOp::Log, Some(sc)) if sc.degree != 0 => {
                 let f = Expr::bin(BinaryOp::Mul, Expr::reg(sc.m), Expr::constant(f64::from(sc.degree)));
                 (Expr::bin(BinaryOp::Add, Expr::Unary(UnaryOp::Log, Box::new(e)), f), None)
             }
+            // Negation keeps a running-max scale (it is linear); nothing else may carry one.
+            (UnaryOp::Neg, s) => (Expr::Unary(u, Box::new(e)), s),
             (_, Some(sc)) if sc.degree != 0 => return Err(PlanError::LeavesRunningMaxScale),
-            (_, s) => (e, s),
-        };
-        let e = if u == UnaryOp::Log && matches!(e, Expr::Binary(BinaryOp::Add, ..)) {
-            e
-        } else {
-            Expr::Unary(u, Box::new(e))
+            (_, s) => (Expr::Unary(u, Box::new(e)), s),
         };
         Ok(Value::Reg { expr: e, cols, scale: s })
     }
@@ -233,12 +236,17 @@ impl Lowerer<'_> {
         body: &mut Vec<Stmt>,
     ) -> Result<Value, PlanError> {
         let n = self.g.node(id).clone();
-        let (a, b) = (self.values[&n.args[0]].clone(), self.values[&n.args[1]].clone());
+        let (a, b) = (self.value(n.args[0])?, self.value(n.args[1])?);
         let mut scale = None;
         let (ma, k) = match a {
             Value::Tile { buf, tmap, trans } => {
                 if self.row_layout(&tmap) != Some(RowLayout::Block) {
                     return Err(PlanError::LeftOperandRows);
+                }
+                // A transposed operand is read by 16-byte rows along the block's rows, which a
+                // block of a ragged row count would read past.
+                if trans && self.rows % 16 != 0 {
+                    return Err(PlanError::TransposedLeftOperandRows { rows: self.rows });
                 }
                 (MmaA::Smem { buf, trans }, tmap.axes.last().map_or(1, |x| x.extent))
             }
@@ -343,12 +351,20 @@ impl Lowerer<'_> {
         body: &mut Vec<Stmt>,
     ) -> Result<Value, PlanError> {
         let arg = self.g.node(id).args[0];
-        let arg_tm = it.tmaps[&arg].clone();
+        let arg_tm = it.tmaps.get(&arg).cloned().ok_or(PlanError::UsedBeforeComputed(arg))?;
         let (e, in_cols, s) = self.arg(arg, it)?;
         let last = axis as usize + 1 == arg_tm.axes.len();
         let red_op = if op == ReduceOp::Max { ReduceOp::Max } else { ReduceOp::Sum };
         let d = self.g.shape(arg)[axis as usize];
         let acc = accs.contains(&id);
+        // Partials accumulated across a loop must share one running max that lives across it;
+        // a max that restarts in every iteration (it belongs to a loop nested inside) scales
+        // each partial differently.
+        if let (true, Some(sc)) = (acc, s) {
+            if self.acc_scale(id).map(|a| a.m) != Some(sc.m) {
+                return Err(PlanError::PartialsOnDifferentMaxima);
+            }
+        }
         let out_scale = self.acc_scale(id).or(s);
         if last {
             let mask = arg_tm.axes.last().map(|x| x.limits.clone()).unwrap_or_default();
@@ -368,6 +384,15 @@ impl Lowerer<'_> {
             return Ok(Value::Reg { expr: e, cols, scale: s });
         }
         let b = self.accumulator(id)?;
+        // A slice past the end of its axis (the last chunk of a ragged split) adds the
+        // reduction's identity.
+        let limits = arg_tm.axes[axis as usize].limits.clone();
+        let e = if limits.is_empty() {
+            e
+        } else {
+            let identity = if red_op == ReduceOp::Max { f64::NEG_INFINITY } else { 0.0 };
+            Expr::MaskSlice(Box::new(e), limits, identity)
+        };
         let combined = match red_op {
             ReduceOp::Max => Expr::bin(BinaryOp::Max, Expr::reg(b), e),
             _ => Expr::bin(BinaryOp::Add, Expr::reg(b), e),

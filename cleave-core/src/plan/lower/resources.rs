@@ -9,7 +9,7 @@ impl Lowerer<'_> {
     /// Lays warps over the block: down the rows first (so row reductions stay in a warp), and
     /// across columns only when there are too few 16-row tiles and no register tile feeds a
     /// product as its left operand (which would need whole rows in one warp).
-    pub(super) fn warps(&self, cfg: &TileConfig) -> Warps {
+    pub(super) fn warps(&self, cfg: &TileConfig, body: &[Stmt]) -> Warps {
         let want = cfg.warps.max(1);
         let tiles16 = (self.rows.div_ceil(16)) as u32;
         let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
@@ -17,10 +17,15 @@ impl Lowerer<'_> {
         let mut n = 1;
         if m < want && want % m == 0 && self.mma_a_frags.is_empty() {
             let cand = want / m;
+            // Every register tile and every stored tile must split evenly: a warp's columns
+            // past a narrower tile would be written to a neighbour's (or nobody's) elements.
+            let split = |cols: u64| cols % (8 * u64::from(cand)) == 0;
+            let mut stored = Vec::new();
+            store_cols(body, &mut stored);
             let all_cols_split = self.bufs.iter().all(|b| match b.kind {
-                BufKind::Frag { cols } => cols % (8 * u64::from(cand)) == 0,
+                BufKind::Frag { cols } => split(cols),
                 _ => true,
-            });
+            }) && stored.into_iter().all(|c| c == 1 || split(c));
             if all_cols_split {
                 n = cand;
             }
@@ -57,6 +62,17 @@ impl Lowerer<'_> {
             .max()
             .unwrap_or(0);
         peak + 32
+    }
+}
+
+/// Columns of every tile a program stores, loops included.
+fn store_cols(body: &[Stmt], out: &mut Vec<u64>) {
+    for s in body {
+        match s {
+            Stmt::Store { cols, .. } => out.push(*cols),
+            Stmt::Loop { body, .. } => store_cols(body, out),
+            _ => {}
+        }
     }
 }
 
