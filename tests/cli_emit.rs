@@ -190,3 +190,25 @@ fn run_emulates_an_edited_emitted_kernel_and_reports_its_race() {
     assert_eq!(code, 1);
     assert!(err.contains("--source: /nonexistent/dir/mha_d64_decode.cu: cannot read"), "{err}");
 }
+
+#[test]
+fn run_refuses_repeated_and_oversized_extents_before_allocating() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/elementwise.yaml");
+    let (code, _, err) = cleave(&["run", file, "--kernel", "ew_softplus", "--dims", "t=3,t=5"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`t` is given twice"), "{err}");
+    // 2^31 - 1 rows of 96 columns: far more than the emulator holds, refused with the flag named.
+    let (code, _, err) = cleave(&["run", file, "--kernel", "ew_softplus", "--dims", "t=2147483647"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--dims") && err.contains("elements"), "{err}");
+}
+
+#[test]
+fn schedule_prints_the_program_of_any_kept_rank() {
+    let (code, out, err) = cleave(&["schedule", KERNELS, "--kernel", "matmul_prefill", "--rank", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("program of rank 1:") && out.contains("parfor"), "{out}");
+    let (code, _, err) = cleave(&["schedule", KERNELS, "--kernel", "matmul_prefill", "--rank", "9999"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--rank"), "{err}");
+}

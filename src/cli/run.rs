@@ -19,6 +19,10 @@ use super::{Opts, UserError};
 /// any tile size.
 const DEFAULT_EXTENTS: [u64; 4] = [67, 133, 43, 29];
 
+/// Elements over all of a graph's tensors that `cleave run` emulates: 2^29 (a few GiB of f64
+/// and reference values).
+const RUN_MAX_ELEMENTS: u128 = 1 << 29;
+
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     match o.value("backend").unwrap_or("emulate") {
         "emulate" => {}
@@ -50,11 +54,16 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
     }
     if let Some(spec) = o.value("dims") {
+        let mut given: Vec<&str> = Vec::new();
         for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
             let (name, val) = part
                 .split_once('=')
                 .ok_or_else(|| UserError(format!("--dims expects name=value pairs, got `{part}`")))?;
             let name = name.trim();
+            if given.contains(&name) {
+                return Err(UserError(format!("--dims: `{name}` is given twice")));
+            }
+            given.push(name);
             let v =
                 g.dims.find(name).ok_or_else(|| UserError(format!("--dims: `{name}` is not a dim of `{}`", g.name)))?;
             if !g.dims.get(v).dynamic {
@@ -71,6 +80,14 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
                 .ok_or_else(|| UserError(format!("--dims: `{name}` must be an integer in 1..2^31, got `{val}`")))?;
             b.values[v.index()] = x;
         }
+    }
+    // The emulator holds every tensor of the graph twice (in f64 for the reference, and in its
+    // dtype); refuse extents that would not fit rather than abort on allocation.
+    let elements: u128 = g.nodes.iter().map(|n| n.shape.iter().map(|d| b.extent(*d) as u128).product::<u128>()).sum();
+    if elements > RUN_MAX_ELEMENTS {
+        return Err(UserError(format!(
+            "--dims: at these extents the kernel's tensors hold {elements} elements, more than `cleave run` emulates ({RUN_MAX_ELEMENTS}); choose smaller extents"
+        )));
     }
     let launch = c.best();
     let mut lb = Bindings::of_table(launch.dims());

@@ -46,9 +46,24 @@ pub struct ModuleSpec<'a> {
     pub summary: &'a [String],
 }
 
-/// Names the generated module uses for its own items, parameters and locals.
-const TAKEN: &[&str] =
-    &["stream", "dims", "args", "PLAN", "FATBIN", "HOST", "Dims", "host_entry", "launch", "run_host"];
+/// Names the generated module uses for its own items, parameters and locals, and the
+/// prelude's enum variants (a parameter named `Some` would be a pattern, not a binding).
+const TAKEN: &[&str] = &[
+    "stream",
+    "dims",
+    "args",
+    "PLAN",
+    "FATBIN",
+    "HOST",
+    "Dims",
+    "host_entry",
+    "launch",
+    "run_host",
+    "None",
+    "Some",
+    "Ok",
+    "Err",
+];
 
 /// Why a module could not be generated.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -135,7 +135,24 @@ pub fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                 if i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
                     return err(start, format!("malformed number `{}`", &text[start..=i]));
                 }
+                // Kernels compute in f32: a literal must be an f32 of its own magnitude, not
+                // infinity and not a zero or subnormal that a nonzero literal rounds to.
                 match lit.parse::<f64>() {
+                    Ok(x) if x.is_finite() && x > f64::from(f32::MAX) => {
+                        return err(start, format!("number `{lit}` is outside f32's range (largest 3.4e38)"))
+                    }
+                    Ok(x)
+                        if x < f64::from(f32::MIN_POSITIVE)
+                            && lit
+                                .bytes()
+                                .take_while(|b| *b != b'e' && *b != b'E')
+                                .any(|b| (b'1'..=b'9').contains(&b)) =>
+                    {
+                        return err(
+                            start,
+                            format!("number `{lit}` is too small for f32 (smallest normal 1.2e-38); write 0 for zero"),
+                        )
+                    }
                     Ok(x) if x.is_finite() => out.push((Tok::Num(x), start)),
                     Ok(_) => return err(start, format!("number `{lit}` is out of range")),
                     Err(_) => return err(start, format!("malformed number `{lit}`")),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use super::decl::{AxisDecl, KernelDecl, TensorSrc};
 use super::diag::{Diagnostic, Pos};
 use super::expr::{parse, Arg, BinTok, Expr, ExprKind};
-use super::ident::check_ident;
+use super::ident::{check_ident, check_name, NameKind};
 use crate::graph::{
     normalize_axis, validate, BinaryOp, DType, Dim, DimTable, DimVar, Graph, NodeId, Op, ReduceOp, Shape, TensorDecl,
     UnaryOp, ValidGraph,
@@ -20,6 +20,18 @@ use crate::graph::{
 pub const MAX_DIM: i128 = (1 << 31) - 1;
 /// The largest number of elements in one tensor; offsets are computed in 64 bits.
 pub const MAX_ELEMENTS: u128 = 1 << 48;
+
+/// Most axes of a declared tensor. Every later stage instantiates tensors at small extents per
+/// axis (the search's fingerprints, its float check), whose size grows exponentially in the
+/// rank; six axes cover batched multi-head layouts with room to spare.
+pub const MAX_RANK: usize = 6;
+
+/// Most ops in one kernel's body (after `softmax` and `rmsnorm` expand).
+pub const MAX_OPS: usize = 128;
+
+/// Most inputs and outputs of one kernel (the search numbers its leaves in 16 bits, and a
+/// launcher takes one parameter each).
+pub const MAX_TENSORS: usize = 64;
 
 /// Names the body language reserves for its functions.
 pub const FUNCTIONS: &[&str] = &[
@@ -46,13 +58,13 @@ pub const RMSNORM_EPS: f64 = 1e-6;
 
 /// Checks one declaration and builds its graph.
 pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
-    if let Some(msg) = check_ident(&decl.name) {
+    if let Some(msg) = check_name(&decl.name, NameKind::Kernel) {
         return Err(Diagnostic::new(decl.name_pos, format!("kernel name: {msg}")));
     }
     let mut dims = DimTable::new();
     let mut dim_pos: HashMap<String, Pos> = HashMap::new();
     for d in &decl.dims {
-        if let Some(msg) = check_ident(&d.name) {
+        if let Some(msg) = check_name(&d.name, NameKind::Dim) {
             return Err(Diagnostic::new(d.pos, format!("dim name: {msg}")));
         }
         if let Some(first) = dim_pos.get(&d.name) {
@@ -79,8 +91,18 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
     let mut graph = Graph::new(decl.name.clone(), dims);
     let mut env: HashMap<String, Binding> = HashMap::new();
     let mut tensor_pos: HashMap<&str, Pos> = HashMap::new();
-    for t in decl.inputs.iter().chain(&decl.outputs) {
-        if let Some(msg) = check_ident(&t.name) {
+    for (i, t) in decl.inputs.iter().chain(&decl.outputs).enumerate() {
+        if i == MAX_TENSORS {
+            return Err(Diagnostic::new(
+                t.pos,
+                format!(
+                    "`{}` is tensor number {}; a kernel has at most {MAX_TENSORS} inputs and outputs",
+                    t.name,
+                    i + 1
+                ),
+            ));
+        }
+        if let Some(msg) = check_name(&t.name, NameKind::Tensor) {
             return Err(Diagnostic::new(t.pos, format!("tensor name: {msg}")));
         }
         if FUNCTIONS.contains(&t.name.as_str()) {
@@ -146,6 +168,15 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
             return Err(Diagnostic::new(at, msg));
         }
         let node = cx.expr(&stmt.value)?;
+        let ops = cx.graph.nodes.iter().filter(|n| !n.op.is_leaf()).count();
+        if ops > MAX_OPS {
+            return Err(Diagnostic::new(
+                at,
+                format!(
+                    "the body reaches {ops} ops here; a kernel holds at most {MAX_OPS} (split it into several kernels)"
+                ),
+            ));
+        }
         cx.env.insert(stmt.target.clone(), Binding { node, pos: at, used: false, input: false });
         assigned_at.insert(stmt.target.clone(), stmt.offset);
     }
@@ -212,6 +243,12 @@ fn tensor_decl(t: &TensorSrc, dims: &DimTable) -> Result<TensorDecl, Diagnostic>
             format!("unknown dtype {shown} for `{}`; expected f16, bf16 or f32", t.name),
         ));
     };
+    if t.shape.len() > MAX_RANK {
+        return Err(Diagnostic::new(
+            t.pos,
+            format!("`{}` has {} axes; a tensor has at most {MAX_RANK}", t.name, t.shape.len()),
+        ));
+    }
     let mut shape: Shape = Vec::new();
     let mut elements: u128 = 1;
     for AxisDecl { name, pos } in &t.shape {
@@ -315,6 +352,11 @@ impl Lowering<'_> {
                 self.op(Op::Unary(UnaryOp::Neg), &[x], e.offset)
             }
             ExprKind::Bin(op, a, b) => {
+                // A division by a literal zero is a mistake wherever it is written; a computed
+                // zero is the data's business.
+                if *op == BinTok::Div && self.float_literal(b).is_ok_and(|v| v == 0.0) {
+                    return self.fail(b.offset, "division by zero");
+                }
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 let op = match op {
                     BinTok::Add => BinaryOp::Add,
@@ -446,6 +488,12 @@ impl Lowering<'_> {
     }
 
     fn int_literal(&self, e: &Expr) -> Result<i64, Diagnostic> {
+        // One sign at most: `--1` is a typo, not 1.
+        if let ExprKind::Neg(inner) = &e.kind {
+            if !matches!(inner.kind, ExprKind::Num(_)) {
+                return self.fail(e.offset, "expected an integer literal for the axis");
+            }
+        }
         let v = match self.float_literal(e) {
             Ok(v) => v,
             Err(_) => return self.fail(e.offset, "expected an integer literal for the axis"),

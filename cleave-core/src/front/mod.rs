@@ -5,6 +5,8 @@
 //! position of every part. [`lower`] checks it and builds the graph. Errors are
 //! [`Diagnostic`]s with 1-based line and column, rendered as `FILE:LINE:COL: message`.
 
+use std::collections::HashMap;
+
 mod decl;
 mod diag;
 mod expr;
@@ -17,8 +19,8 @@ mod yaml;
 pub use decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
 pub use diag::{Diagnostic, Pos, PosMap};
 pub use expr::{lex, parse as parse_body, Arg, BinTok, Expr, ExprKind, ParseError, Stmt, Tok};
-pub use ident::check_ident;
-pub use lower::{dynamic_dims, lower, FUNCTIONS, MAX_DIM, MAX_ELEMENTS, RMSNORM_EPS};
+pub use ident::{check_ident, check_name, NameKind, MAX_NAME_LEN};
+pub use lower::{dynamic_dims, lower, FUNCTIONS, MAX_DIM, MAX_ELEMENTS, MAX_OPS, MAX_RANK, MAX_TENSORS, RMSNORM_EPS};
 pub use yaml::{parse_tensor_type, parse_yaml};
 
 use crate::graph::ValidGraph;
@@ -51,19 +53,42 @@ pub fn check_source(bytes: &[u8]) -> Result<Module, Vec<Diagnostic>> {
         let line = text[..off].matches('\n').count() as u32 + 1;
         return Err(vec![Diagnostic::new(Pos::new(line, 1), "the file contains NUL bytes: not a text file")]);
     }
+    // Old Mac line ends (a lone CR) are line breaks to YAML; making them LF keeps every later
+    // position computation on one convention. CRLF becomes LF too (columns are unchanged).
+    let normalized;
+    let text = if text.contains('\r') {
+        normalized = text.replace("\r\n", "\n").replace('\r', "\n");
+        normalized.as_str()
+    } else {
+        text
+    };
     let decls = parse_yaml(text)?;
     let mut kernels = Vec::new();
     let mut errors = Vec::new();
-    let mut seen: Vec<(&str, Pos)> = Vec::new();
+    // By name, and by lowercase name: `k` and `K` would write `k.cu` and `K.cu`, one file on
+    // a case-insensitive file system.
+    let mut seen: HashMap<&str, Pos> = HashMap::new();
+    let mut folded: HashMap<String, (&str, Pos)> = HashMap::new();
     for d in &decls {
-        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == d.name) {
+        if let Some(first) = seen.get(d.name.as_str()) {
             errors.push(Diagnostic::new(
                 d.name_pos,
                 format!("duplicate kernel name `{}` (first at {}:{})", d.name, first.line, first.col),
             ));
             continue;
         }
-        seen.push((&d.name, d.name_pos));
+        if let Some((other, first)) = folded.get(&d.name.to_ascii_lowercase()) {
+            errors.push(Diagnostic::new(
+                d.name_pos,
+                format!(
+                    "kernel names `{}` and `{other}` (at {}:{}) differ only in case; their generated files would collide",
+                    d.name, first.line, first.col
+                ),
+            ));
+            continue;
+        }
+        seen.insert(&d.name, d.name_pos);
+        folded.insert(d.name.to_ascii_lowercase(), (&d.name, d.name_pos));
         match lower(d) {
             Ok(g) => kernels.push((d.clone(), g)),
             Err(e) => errors.push(e),

@@ -87,8 +87,9 @@ pub fn parse_yaml(text: &str) -> Result<Vec<KernelDecl>, Vec<Diagnostic>> {
     };
     let mut decls = Vec::new();
     let mut errors = Vec::new();
+    let file = FileIndex::new(text);
     for item in items {
-        match kernel(item, text) {
+        match kernel(item, &file) {
             Ok(d) => decls.push(d),
             Err(e) => errors.push(e),
         }
@@ -100,7 +101,36 @@ pub fn parse_yaml(text: &str) -> Result<Vec<KernelDecl>, Vec<Diagnostic>> {
     }
 }
 
-fn kernel(node: &MarkedYaml<'_>, text: &str) -> Result<KernelDecl, Diagnostic> {
+/// The file's lines and character offsets, computed once: looking them up per kernel keeps
+/// checking linear in the file's size.
+struct FileIndex<'t> {
+    text: &'t str,
+    lines: Vec<&'t str>,
+    /// Byte offset of every character, for files that are not ASCII (where the YAML markers'
+    /// character indices are not byte offsets); empty for ASCII files.
+    char_bytes: Vec<usize>,
+}
+
+impl<'t> FileIndex<'t> {
+    fn new(text: &'t str) -> Self {
+        let char_bytes = if text.is_ascii() { Vec::new() } else { text.char_indices().map(|(b, _)| b).collect() };
+        FileIndex { text, lines: text.lines().collect(), char_bytes }
+    }
+
+    /// Up to `n` characters from character index `at`.
+    fn chars_at(&self, at: usize, n: usize) -> &'t str {
+        let byte = |c: usize| -> usize {
+            if self.char_bytes.is_empty() {
+                c.min(self.text.len())
+            } else {
+                self.char_bytes.get(c).copied().unwrap_or(self.text.len())
+            }
+        };
+        &self.text[byte(at)..byte(at.saturating_add(n))]
+    }
+}
+
+fn kernel(node: &MarkedYaml<'_>, text: &FileIndex<'_>) -> Result<KernelDecl, Diagnostic> {
     let entries = mapping(node, "a kernel")?;
     let mut name = None;
     let mut dims = None;
@@ -153,11 +183,11 @@ fn kernel(node: &MarkedYaml<'_>, text: &str) -> Result<KernelDecl, Diagnostic> {
 /// Locates the characters of a string scalar in the file. Literal blocks (`|`) and plain
 /// single-line scalars map exactly; quoted scalars map past their opening quote; anything else
 /// (folded blocks) maps to the scalar's first position.
-fn body_map(node: &MarkedYaml<'_>, value: &str, file: &str) -> PosMap {
+fn body_map(node: &MarkedYaml<'_>, value: &str, file: &FileIndex<'_>) -> PosMap {
     let start = pos_of(node);
     let index = node.span.start.index();
     // The marker counts characters; slice by characters to be safe with non-ASCII input.
-    let raw: String = file.chars().skip(index).take(value.len() + 2).collect();
+    let raw = file.chars_at(index, value.len() + 2);
     if raw.starts_with('"') || raw.starts_with('\'') {
         return if value.contains('\n') {
             PosMap::single(start)
@@ -165,7 +195,7 @@ fn body_map(node: &MarkedYaml<'_>, value: &str, file: &str) -> PosMap {
             PosMap::from_lines(vec![(0, Pos::new(start.line, start.col + 1))])
         };
     }
-    let file_lines: Vec<&str> = file.lines().collect();
+    let file_lines = &file.lines;
     let body_lines: Vec<&str> = value.split('\n').collect();
     let col0 = start.col as usize - 1;
     let fits = body_lines.iter().enumerate().all(|(i, line)| {

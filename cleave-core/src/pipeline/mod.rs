@@ -14,6 +14,7 @@ pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, Schedu
 use crate::arch::{common, Arch, SM80, SM90};
 use crate::graph::ValidGraph;
 use crate::plan::{Launch, PartitionError};
+use crate::reference::rounding_unit;
 use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
 
 /// Options of a whole compilation.
@@ -91,9 +92,15 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     // The declared graph is a candidate too: a graph the search never reached (or a plain
     // matmul that needs no rewriting) must still be schedulable.
     let mut jobs: Vec<(Option<usize>, Vec<SplitValue>, ValidGraph)> = vec![(None, Vec::new(), declared.clone())];
+    // A found graph that rounds a value the declaration keeps in f32 (a division moved in
+    // front of a tensor-core product makes its left operand computed, rounded to 16 bits) is
+    // less precise than what was declared: equal in exact arithmetic, not in the kernel's.
+    let declared_unit = rounding_unit(declared);
     for (gi, fg) in found.iter().flat_map(|f| f.graphs.iter()).enumerate() {
         for c in &fg.concrete {
-            jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
+            if rounding_unit(&c.graph) <= declared_unit {
+                jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
+            }
         }
     }
     type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), PartitionError>);

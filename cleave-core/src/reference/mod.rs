@@ -146,36 +146,46 @@ pub fn unit_roundoff(d: crate::graph::DType) -> f64 {
     }
 }
 
+/// The unit roundoff a kernel computing `g` cannot do better than: that of the least precise
+/// type among the outputs and the types a computed matmul operand is rounded to (the tensor
+/// cores take it in the type of the input it multiplies; inputs themselves, seen through
+/// transposes and splits, are exact: the reference reads the same rounded values).
+pub fn rounding_unit(g: &Graph) -> f64 {
+    use crate::graph::Op;
+    let input_type = |mut a: NodeId| loop {
+        match g.node(a).op {
+            Op::Transpose | Op::Split(_) => a = g.node(a).args[0],
+            Op::Input(i) => return Some(g.inputs[i as usize].decl.dtype),
+            _ => return None,
+        }
+    };
+    let mut u = g.outputs.iter().map(|o| unit_roundoff(o.decl.dtype)).fold(0.0, f64::max);
+    for n in &g.nodes {
+        if n.op == Op::MatMul {
+            if let (None, Some(t)) = (input_type(n.args[0]), input_type(n.args[1])) {
+                u = u.max(unit_roundoff(t));
+            }
+        }
+    }
+    u
+}
+
 /// The tolerance on [`max_rel_err`] for a kernel computing `g` at `bindings`, whose exps see
 /// arguments up to `max_exp_arg` in magnitude:
 ///
 /// `40 u + 16 u_f32 (sqrt(K) + max |exp argument|)`
 ///
-/// with `u` the unit roundoff of the least precise type among the outputs and the types that a
-/// computed matmul operand is rounded to (the tensor cores take it in the type of the input it
-/// multiplies; inputs themselves are exact, the reference reads the same rounded values), and `K`
-/// the longest reduction. The first term is a few roundings at the output's precision; the
-/// second is f32 accumulation, whose error grows with the square root of a reduction's length
-/// and is multiplied by an exp by its argument's magnitude.
+/// with `u` the [`rounding_unit`] of `g` and `K` the longest reduction. The first term is a few
+/// roundings at the output's precision; the second is f32 accumulation, whose error grows with
+/// the square root of a reduction's length and is multiplied by an exp by its argument's
+/// magnitude.
 pub fn tolerance(g: &Graph, bindings: &Bindings, max_exp_arg: f64) -> f64 {
     use crate::graph::Op;
-    let mut u = g.outputs.iter().map(|o| unit_roundoff(o.decl.dtype)).fold(0.0, f64::max);
+    let u = rounding_unit(g);
     let mut longest = 1usize;
     for n in &g.nodes {
         match n.op {
             Op::MatMul => {
-                // A computed left operand is rounded to the type of an input right operand.
-                // (A transposed input is still the input, read in its own type.)
-                let input = |a: NodeId| {
-                    let a = if g.node(a).op == Op::Transpose { g.node(a).args[0] } else { a };
-                    match g.node(a).op {
-                        Op::Input(i) => Some(g.inputs[i as usize].decl.dtype),
-                        _ => None,
-                    }
-                };
-                if let (None, Some(t)) = (input(n.args[0]), input(n.args[1])) {
-                    u = u.max(unit_roundoff(t));
-                }
                 let k = g.shape(n.args[0]);
                 longest = longest.max(bindings.extent(k[k.len() - 1]));
             }

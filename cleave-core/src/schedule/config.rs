@@ -58,7 +58,14 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
                 c.extend([64, 128].into_iter().filter(|t| *t < e && e % t == 0));
                 c
             } else {
-                vec![64, 128, 256].into_iter().filter(|t| *t <= round16(e)).collect()
+                // A dynamic axis runs at any extent, down to 1: a small representative value
+                // gets the small tiles, never none.
+                let c: Vec<u64> = vec![64, 128, 256].into_iter().filter(|t| *t <= round16(e)).collect();
+                if c.is_empty() {
+                    [16, 32].into_iter().filter(|t| *t <= round16(e)).collect()
+                } else {
+                    c
+                }
             }
         } else if j + 2 == rank {
             let mut c: Vec<u64> = ROW_TILES.into_iter().filter(|t| *t <= round16(e).max(16)).collect();

@@ -33,7 +33,8 @@ pub use recover::{recover, replay, ConcreteCandidate, RecoverError, RecoverOptio
 pub use report::{explain_text, summary_text, to_json};
 pub use term::{AtomSet, Leaf, Term};
 pub use verify::{
-    Check, FinalChecks, FLOAT_TOLERANCE, FULL_SHAPE_BUDGET_MACS, FULL_SHAPE_MAX_ELEMS, FULL_SHAPE_MAX_MACS,
+    Check, FinalChecks, FLOAT_CHECK_MAX_ELEMS, FLOAT_TOLERANCE, FULL_SHAPE_BUDGET_MACS, FULL_SHAPE_MAX_ELEMS,
+    FULL_SHAPE_MAX_MACS,
 };
 pub use vocab::Vocab;
 
@@ -276,6 +277,12 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
     let reduced: Vec<bool> =
         if opts.pruning.reducibility { symbolic.reduced.clone() } else { vec![true; target.dims.len()] };
 
+    // Refused before any work that grows with the target (the saturation, the fingerprints).
+    let max_ops = opts.max_ops.unwrap_or_else(|| default_max_ops(target, &reduced, opts.split));
+    if max_ops > 60 {
+        return Err(SearchError::Options(format!("max_ops {max_ops} is above the supported 60")));
+    }
+
     // The master table: every split variable the search may need, created up front so that
     // shape inference in the workers never changes it.
     let mut table = target.dims.clone();
@@ -327,10 +334,6 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
             }
         }
     }
-    let max_ops = opts.max_ops.unwrap_or_else(|| default_max_ops(target, &reduced, opts.split));
-    if max_ops > 60 {
-        return Err(SearchError::Options(format!("max_ops {max_ops} is above the supported 60")));
-    }
     let space = Space {
         abs: &abs,
         atoms: &atoms,
@@ -366,10 +369,7 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
             opts.full_shape_budget_macs,
         )
     });
-    let float = opts.final_checks.then(|| {
-        let plain = verify::moderate_plain(&target.dims, &symbolic.reduced);
-        verify::FloatCheck::new(target, plain, opts.seed)
-    });
+    let float = opts.final_checks.then(|| verify::FloatCheck::new(target, &symbolic.reduced, opts.seed));
     // The budget of the declared-shape checks is handed out in canonical order, so which
     // graphs get one does not depend on timing.
     let mut spent = 0u64;

@@ -7,7 +7,7 @@
 
 use super::field::Keys;
 use super::fingerprint::{eval_into, outputs_agree, random_inputs, FTensor, ZERO_DIVISOR};
-use crate::graph::{Bindings, DimKind, DimTable, Graph, Op, ValidGraph};
+use crate::graph::{Bindings, Dim, DimKind, DimTable, Graph, Op, ValidGraph};
 use crate::reference::{self, max_rel_err, InputScale, Rng, Tensor};
 
 /// The default bound on the elements (over all nodes of target and candidate together) that
@@ -188,11 +188,15 @@ impl FullShape {
     }
 }
 
+/// Elements the float check may instantiate over all of the target's nodes (16 bytes each in
+/// the reference's number type): 64 MiB.
+pub const FLOAT_CHECK_MAX_ELEMS: u64 = 1 << 22;
+
 /// Moderate extents for the float check: symbols that may be split get distinct multiples of
-/// 6 (so split counts 2 and 3 divide them), the others distinct odd values; none is a power
-/// of two.
-pub(super) fn moderate_plain(table: &DimTable, reducible: &[bool]) -> Vec<u64> {
-    let mut odd = (5..).step_by(2).filter(|v: &u64| !v.is_power_of_two());
+/// 6 (so split counts 2 and 3 divide them), the others distinct odd values from `first_odd`;
+/// none is a power of two.
+pub(super) fn moderate_plain(table: &DimTable, reducible: &[bool], first_odd: u64) -> Vec<u64> {
+    let mut odd = (first_odd..).step_by(2).filter(|v: &u64| !v.is_power_of_two());
     let mut sixes = (2..).map(|k: u64| 6 * k);
     table
         .iter()
@@ -231,7 +235,33 @@ fn positive_inputs(g: &ValidGraph, b: &Bindings, seed: u64) -> Vec<Tensor> {
 impl FloatCheck {
     /// Evaluates the target at `plain` on random inputs (normal; positive when the target is
     /// not finite on normal inputs, e.g. a `log`).
-    pub(super) fn new(target: &ValidGraph, plain: Vec<u64>, seed: u64) -> FloatCheck {
+    pub(super) fn new(target: &ValidGraph, reducible: &[bool], seed: u64) -> FloatCheck {
+        // The moderate extents, or smaller ones when a high-rank target would not fit the
+        // budget; past even those the check is skipped, and says why.
+        let elems = |plain: &[u64]| -> u64 {
+            target
+                .nodes
+                .iter()
+                .map(|n| {
+                    n.shape
+                        .iter()
+                        .map(|d| match d {
+                            Dim::One => 1,
+                            Dim::Var(v) => plain[v.index()].max(1),
+                        })
+                        .fold(1u64, u64::saturating_mul)
+                })
+                .fold(0u64, u64::saturating_add)
+        };
+        let mut plain = moderate_plain(&target.dims, reducible, 5);
+        if elems(&plain) > FLOAT_CHECK_MAX_ELEMS {
+            plain = moderate_plain(&target.dims, reducible, 3);
+        }
+        let need = elems(&plain);
+        if need > FLOAT_CHECK_MAX_ELEMS {
+            let why = format!("the float check would need {need} elements (the budget is {FLOAT_CHECK_MAX_ELEMS})");
+            return FloatCheck { plain, inputs: Vec::new(), outputs: Err(why) };
+        }
         let bindings = Bindings { values: plain.clone() };
         let finite = |o: &[Tensor]| o.iter().all(|t| t.data.iter().all(|x| x.is_finite()));
         let mut inputs = reference::random_inputs(target, &bindings, seed, &InputScale::default());
