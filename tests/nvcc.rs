@@ -1,5 +1,8 @@
-//! Every generated kernel of `kernels.yaml` compiles with nvcc for sm_80 and sm_90 within the
-//! budget: no spills, at most 255 registers, shared memory within the architecture's limit.
+//! Every generated kernel of `kernels.yaml` and of the user corpus (`tests/corpus/`) compiles
+//! with nvcc for sm_80 and sm_90 within the budget: at most 255 registers and shared memory
+//! within the architecture's limit; the shipped kernels also without register spills. (The
+//! corpus's spills are listed in `bench/RESULTS.md`: the planner's register estimate does not
+//! see what ptxas keeps live across a fully unrolled contraction.)
 //! Runs when nvcc can be found (CI installs it with `.ci/install-nvcc.sh`); otherwise it says so
 //! and checks nothing, unless `CLEAVE_REQUIRE_NVCC` is set (CI sets it), which makes a missing
 //! nvcc a failure.
@@ -7,6 +10,20 @@
 use cleave_core::codegen::{cuda, headers};
 use cleave_core::pipeline::{compile, Options};
 use cleave_core::toolchain::{compile_each, discover, ArchSet};
+
+/// The declaration files whose kernels are compiled.
+fn files() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut corpus: Vec<_> = std::fs::read_dir(root.join("tests/corpus"))
+        .expect("corpus")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    corpus.sort();
+    let mut files = vec![root.join("kernels.yaml")];
+    files.extend(corpus);
+    files
+}
 
 #[test]
 fn generated_kernels_compile_for_sm80_and_sm90_within_budget() {
@@ -23,29 +40,51 @@ fn generated_kernels_compile_for_sm80_and_sm90_within_budget() {
         }
         return;
     };
-    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml")).expect("kernels.yaml");
-    let module = cleave_core::front::check_source(&text).expect("kernels.yaml checks");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvcc-check");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     headers::write_to(&dir).expect("headers");
     let mut sources = Vec::new();
     let mut smem: Vec<(String, u32)> = Vec::new();
-    for (_, g) in &module.kernels {
-        let c = compile(g, &Options::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name));
-        let launch = c.best();
-        let path = dir.join(format!("{}.cu", g.name));
-        std::fs::write(&path, cuda::emit_launch(launch, &g.name)).expect("write");
-        sources.push(path);
-        for k in &launch.kernels {
-            smem.push((k.symbol().to_string(), u32::try_from(k.smem_bytes()).expect("smem fits u32")));
+    let mut count = 0;
+    let mut shipped: Vec<String> = Vec::new();
+    for (i, file) in files().into_iter().enumerate() {
+        let text = std::fs::read(&file).expect("declarations");
+        let module = cleave_core::front::check_source(&text).unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
+        for (_, g) in &module.kernels {
+            let c = compile(g, &Options::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name));
+            let launch = c.best();
+            let path = dir.join(format!("{}.cu", g.name));
+            std::fs::write(&path, cuda::emit_launch(launch, &g.name)).expect("write");
+            sources.push(path);
+            for k in &launch.kernels {
+                smem.push((k.symbol().to_string(), u32::try_from(k.smem_bytes()).expect("smem fits u32")));
+                if i == 0 {
+                    shipped.push(k.symbol().to_string());
+                }
+            }
+            count += 1;
         }
     }
+    assert!(count >= 74, "{count} kernels");
     let arches = ArchSet::parse("80,90").expect("arches");
     let report = compile_each(&nvcc, &sources, std::slice::from_ref(&dir), &arches, &dir.join("out"))
         .unwrap_or_else(|e| panic!("nvcc failed:\n{e}"));
     let dynamic: Vec<(&str, u32)> = smem.iter().map(|(s, b)| (s.as_str(), *b)).collect();
-    report.check_budget(&dynamic).unwrap_or_else(|e| panic!("over budget:\n{e}"));
+    if let Err(e) = report.check_budget(&dynamic) {
+        let (spills, hard): (Vec<_>, Vec<_>) = e
+            .violations
+            .iter()
+            .partition(|v| v.problem.starts_with("spills registers") && !shipped.contains(&v.kernel));
+        assert!(hard.is_empty(), "over budget:\n{}", hard.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n"));
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "corpus kernels that spill: {}",
+                spills.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")
+            );
+        }
+    }
     // Both architectures, every kernel.
     for (symbol, _) in &smem {
         let arches: Vec<&str> = report.kernel(symbol).filter(|k| k.entry).map(|k| k.arch.as_str()).collect();

@@ -180,11 +180,11 @@ pub(super) fn rules() -> Vec<Rule> {
         // exp is a homomorphism from + to *: a shifted exp is the exp over the exp of the
         // shift, which is how a hand-written max subtraction cancels out of a softmax.
         rw!("exp-add"; "(exp (+ ?a ?b))" => "(* (exp ?a) (exp ?b))"),
-        rw!("exp-add-r"; "(* (exp ?a) (exp ?b))" => "(exp (+ ?a ?b))"),
         rw!("exp-neg"; "(exp (neg ?a))" => "(recip (exp ?a))"),
-        rw!("exp-neg-r"; "(recip (exp ?a))" => "(exp (neg ?a))"),
-        // A common factor cancels from a quotient (as everywhere the quotient is defined).
-        rw!("cancel"; "(/ (* ?a ?b) (* ?c ?b))" => "(/ ?a ?c)"),
+        // A common exp factor cancels from a quotient (an exp is never zero). Restricted to
+        // exps: with any factor the match of a quotient of two products grows with the product
+        // of their e-classes, which a large saturation cannot afford.
+        rw!("cancel"; "(/ (* ?a (exp ?b)) (* ?c (exp ?b)))" => "(/ ?a ?c)"),
     ];
     // A factor constant along the summed indices leaves the sum, and may re-enter it.
     r.push(rw!("sum-mul"; "(sum ?A (* ?a ?b))" => "(* (sum ?A ?a) ?b)" if disjoint("?A", "?b")));
