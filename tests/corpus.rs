@@ -93,7 +93,7 @@ fn the_corpus_is_large_distinct_and_covers_the_language() {
         let users = g.users();
         let mut has_reduce = false;
         let mut has_matmul = false;
-        for (i, n) in g.nodes.iter().enumerate() {
+        for n in &g.nodes {
             match n.op {
                 Op::Unary(u) => {
                     unary.insert(u.name());
@@ -122,7 +122,6 @@ fn the_corpus_is_large_distinct_and_covers_the_language() {
                 Op::Transpose => transpose = true,
                 _ => {}
             }
-            let _ = i;
         }
         for input in &g.inputs {
             dtypes.insert(input.decl.dtype);
