@@ -40,13 +40,21 @@ fn cxx() -> String {
 
 /// Compiles the emulation library for a launch (or reuses the cached one).
 pub fn compile(launch: &Launch, plan: &PlanData) -> Result<HostLibrary, String> {
-    compile_source(&cuda::emit_launch(launch, &plan.kernel), plan)
+    // SAFETY: the source is generated from this launch, and `plan` is that launch's plan.
+    unsafe { compile_source(&cuda::emit_launch(launch, &plan.kernel), plan) }
 }
 
 /// Compiles CUDA source that implements `plan` (what `cleave emit --target cuda` writes, edited
 /// or not) for the emulator, or reuses the cached library of the same source. The source is
 /// compiled against the emulation headers of this build.
-pub fn compile_source(source: &str, plan: &PlanData) -> Result<HostLibrary, String> {
+///
+/// # Safety
+///
+/// The source is C++ that runs in this process. It must implement `plan`: one entry point per
+/// launch, reading exactly the parameters the plan lists and touching the tensors only within
+/// their extents. The emulator's bounds checks catch stray indexing through its accessors, but
+/// no check can contain arbitrary C++ (raw pointer arithmetic, for one).
+pub unsafe fn compile_source(source: &str, plan: &PlanData) -> Result<HostLibrary, String> {
     let compiler = cxx();
     let key = cleave_core::hash::hex(&[source.as_bytes(), headers::fingerprint().as_bytes(), compiler.as_bytes()]);
     let dir = cache_dir().join("emu");
@@ -254,22 +262,62 @@ impl HostLibrary {
             .filter(|(_, d)| !matches!(d.kind, cleave_core::graph::DimKind::SplitChunk { .. }))
             .map(|(v, _)| bindings.values[v.index()])
             .collect();
-        let in_bytes: Vec<Aligned> =
-            inputs.iter().zip(&g.inputs).map(|(t, i)| Aligned::new(&to_bytes(i.decl.dtype, &t.data))).collect();
-        let mut out_bytes: Vec<Aligned> = g
-            .outputs
-            .iter()
-            .map(|o| {
-                let n: usize = bindings.extents(&o.decl.shape).iter().product();
-                Aligned::new(&vec![0xFFu8; n * o.decl.dtype.size() as usize])
-            })
-            .collect();
+        // Every buffer is sized from the library's own plan, not from `launch`, so a launch or
+        // tensors that do not match the plan are refused here instead of reaching the kernels.
+        let plan = self.plan;
+        if inputs.len() != plan.inputs.len() {
+            return Err(format!(
+                "{}: {} inputs were given, but the plan declares {}",
+                plan.kernel,
+                inputs.len(),
+                plan.inputs.len()
+            ));
+        }
+        if extents.len() != plan.dims.len() {
+            return Err(format!(
+                "{}: the launch has {} dims, but the plan has {}",
+                plan.kernel,
+                extents.len(),
+                plan.dims.len()
+            ));
+        }
+        let count = |spec: &TensorSpec| -> Result<usize, String> {
+            let n = spec.elements(plan, &extents).map_err(|e| e.to_string())?;
+            usize::try_from(n).map_err(|_| format!("{}: `{}` has {n} elements", plan.kernel, spec.name))
+        };
+        let mut in_bytes: Vec<Aligned> = Vec::with_capacity(inputs.len());
+        for ((t, i), spec) in inputs.iter().zip(&g.inputs).zip(plan.inputs) {
+            let n = count(spec)?;
+            if t.data.len() != n || rt_dtype(i.decl.dtype) != spec.dtype {
+                return Err(format!(
+                    "{}: input `{}` has {} elements of {:?}, but the plan expects {n} of {:?}",
+                    plan.kernel,
+                    spec.name,
+                    t.data.len(),
+                    i.decl.dtype,
+                    spec.dtype
+                ));
+            }
+            in_bytes.push(Aligned::new(&to_bytes(i.decl.dtype, &t.data)));
+        }
+        if g.inputs.len() != plan.inputs.len() || g.outputs.len() != plan.outputs.len() {
+            return Err(format!("{}: the launch's tensors do not match the plan", plan.kernel));
+        }
+        let mut out_bytes: Vec<Aligned> = Vec::with_capacity(plan.outputs.len());
+        for (o, spec) in g.outputs.iter().zip(plan.outputs) {
+            if rt_dtype(o.decl.dtype) != spec.dtype {
+                return Err(format!("{}: output `{}` has another dtype in the plan", plan.kernel, spec.name));
+            }
+            out_bytes.push(Aligned::new(&vec![0xFFu8; count(spec)? * spec.dtype.size_bytes() as usize]));
+        }
         let in_ptrs: Vec<*const u8> = in_bytes.iter().map(|b| b.as_ptr()).collect();
         let out_ptrs: Vec<*mut u8> = out_bytes.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        // SAFETY: the buffers have exactly the element counts the plan's shapes give for these
-        // extents (built from the same graph), are 16-byte aligned, outputs do not overlap
-        // inputs, and `fns` are the plan's launches in order.
-        unsafe { cleave_runtime::host::execute_with(self.plan, &fns, &extents, &in_ptrs, &out_ptrs, seed, options) }
+        // SAFETY: each buffer holds exactly the element count and dtype that `self.plan` gives
+        // its tensor for these extents (checked above), starts 16-byte aligned, and is a
+        // separate allocation, so outputs overlap nothing; `fns` are the library's entry
+        // points for the plan's launches, in order, and `compile_source`'s caller vouched that
+        // the library implements the plan.
+        unsafe { cleave_runtime::host::execute_with(plan, &fns, &extents, &in_ptrs, &out_ptrs, seed, options) }
             .map_err(|e| e.to_string())?;
         Ok(g.outputs
             .iter()

@@ -42,7 +42,9 @@ fn run(
 ) -> Result<Vec<Tensor>, String> {
     let launch = c.best();
     let plan = plan_data(launch, &c.declared.name).map_err(|e| e.to_string())?;
-    let lib = emulate::compile_source(source, &plan)?;
+    // SAFETY: the sources are the generated ones, or one planted bug each, whose stray accesses
+    // go through the emulator's checked accessors (the point of these tests).
+    let lib = unsafe { emulate::compile_source(source, &plan) }?;
     let (b, lb) = bindings(c, extents);
     let inputs = random_inputs(&c.declared, &b, seed, &InputScale { default: 3.0, per_input: Vec::new() });
     lib.run_with(launch, &lb, &inputs, seed, &EmuOptions { checks: checks::ALL, schedule })
@@ -150,4 +152,31 @@ fn the_schedules_agree_bit_for_bit_on_a_split_k_kernel() {
             assert!(same, "{schedule:?} with seed {seed} changed the result");
         }
     }
+}
+
+#[test]
+fn a_library_refuses_tensors_or_a_launch_its_plan_does_not_hold() {
+    let c = compile(&kernel("swiglu_decode"), &Options::default()).expect("compiles");
+    let launch = c.best();
+    let plan = plan_data(launch, "swiglu_decode").expect("plan");
+    let lib = emulate::compile(launch, &plan).expect("builds");
+    let (b, lb) = bindings(&c, &[("b", 5)]);
+    let scale = InputScale { default: 2.0, per_input: Vec::new() };
+    let inputs = random_inputs(&c.declared, &b, 9, &scale);
+    lib.run(launch, &lb, &inputs, 9).expect("the matching call runs");
+
+    // One element short: refused before any kernel runs (it would read past the buffer).
+    let mut short = inputs.clone();
+    short[0].data.pop();
+    let err = lib.run(launch, &lb, &short, 9).expect_err("a short input");
+    assert!(err.contains("elements"), "{err}");
+    let err = lib.run(launch, &lb, &inputs[1..], 9).expect_err("a missing input");
+    assert!(err.contains("inputs were given"), "{err}");
+
+    // Another kernel's launch with its own tensors: the buffers are sized from this library's
+    // plan, so the mismatch is an error, not a read past the end.
+    let other = compile(&kernel("matmul_decode"), &Options::default()).expect("compiles");
+    let (ob, olb) = bindings(&other, &[("b", 5)]);
+    let other_inputs = random_inputs(&other.declared, &ob, 9, &scale);
+    assert!(lib.run(other.best(), &olb, &other_inputs, 9).is_err());
 }

@@ -110,3 +110,34 @@ kernels:
     assert_ne!(r.stop_reason.name(), "exhausted", "{} states", r.states_explored);
     assert!(r.states_explored <= 200_000);
 }
+
+/// A chain of `n` elementwise ops over a rank-6 input (`n` odd, at least 3).
+fn chain(n: usize) -> String {
+    let mut body = vec!["t0 = exp(x) * x".to_string()];
+    let mut ops = 2;
+    let mut i = 0;
+    while ops + 2 < n {
+        i += 1;
+        body.push(format!("t{i} = sigmoid(t{}) + x", i - 1));
+        ops += 2;
+    }
+    body.push(format!("y = t{i} - x"));
+    let body: String = body.iter().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "kernels:\n  - name: chain\n    dims: {{ a: 3, b: 4, c: 5, d: 6, e: 7, f: {{ value: 64, dynamic: true }} }}\n    \
+         inputs: {{ x: \"f32[a, b, c, d, e, f]\" }}\n    outputs: {{ y: \"f32[a, b, c, d, e, f]\" }}\n    body: |\n{body}"
+    )
+}
+
+#[test]
+fn a_kernel_larger_than_the_search_is_refused_before_any_work_and_still_compiles() {
+    let g = common::graph(&chain(99));
+    assert_eq!(g.op_count(), 99);
+    let Err(err) = search(&g, &quick()) else { panic!("expected an error") };
+    assert!(matches!(err, SearchError::TooLarge { ops: 99, .. }), "{err}");
+    assert!(err.to_string().contains("compile it as declared"), "{err}");
+    // The pipeline compiles the declared graph.
+    let compiled = cleave_core::pipeline::compile(&g, &cleave_core::pipeline::Options::default()).expect("compiles");
+    assert!(compiled.search.is_err());
+    assert!(!compiled.best().kernels.is_empty());
+}

@@ -263,4 +263,18 @@ mod tests {
         assert_eq!(guarded("x", || Ok::<_, String>(3)), Ok(3));
         assert_eq!(guarded("x", || Err::<(), _>("plain".to_string())), Err("plain".to_string()));
     }
+
+    #[test]
+    fn a_cached_lock_entry_reads_back_bit_for_bit() {
+        // A cache hit must write the lock a miss writes. The default float parser of serde_json
+        // can be one ulp off (0.00009716528615384615 read back as ...617), so the crate is built
+        // with exact round trips.
+        let mut rng = cleave_core::reference::Rng::new(3);
+        let values = (0..2000).map(|_| f64::from_bits(rng.next_u64() >> 2)).chain([0.00009716528615384615, 1e-300]);
+        for x in values.filter(|x| x.is_finite()) {
+            let text = serde_json::json!({ "estimated_seconds": x }).to_string();
+            let back: serde_json::Value = serde_json::from_str(&text).expect("json");
+            assert_eq!(back["estimated_seconds"].as_f64().map(f64::to_bits), Some(x.to_bits()), "{text}");
+        }
+    }
 }

@@ -381,7 +381,13 @@ struct Worker<'s, 'a> {
     cap: u64,
     deadline: Instant,
     stop: &'s AtomicBool,
+    /// Work since the clock was last read: one unit per state, [`CLOCK_EVERY`] per
+    /// fingerprint check, which can take far longer than a state on large instantiations.
+    unread: u64,
 }
+
+/// Units of work between two reads of the clock.
+const CLOCK_EVERY: u64 = 256;
 
 /// The outcome of a whole search.
 pub struct Outcome {
@@ -407,6 +413,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             cap,
             deadline,
             stop,
+            unread: 0,
         }
     }
 
@@ -632,6 +639,7 @@ impl<'s, 'a> Worker<'s, 'a> {
         }
         let outs: Vec<usize> = outputs.iter().map(|&o| o as usize).collect();
         let ok = sp.verifier.check(&self.nodes, &outs, &mut self.scratch) == Verdict::Equivalent;
+        self.unread += CLOCK_EVERY;
         if !ok {
             self.out.counters.fingerprint_rejected += 1;
         }
@@ -664,10 +672,14 @@ impl<'s, 'a> Worker<'s, 'a> {
             return None;
         }
         self.out.states += 1;
-        if self.out.states % 256 == 0 && (self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline) {
-            self.stop.store(true, Ordering::Relaxed);
-            self.out.timed_out = true;
-            return None;
+        self.unread += 1;
+        if self.unread >= CLOCK_EVERY {
+            self.unread = 0;
+            if self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
+                self.stop.store(true, Ordering::Relaxed);
+                self.out.timed_out = true;
+                return None;
+            }
         }
         if let Some(outputs) = self.complete(st) {
             if self.verify(st, &outputs) {

@@ -187,6 +187,37 @@ pub struct Scratch {
     target_values: Vec<FTensor>,
 }
 
+/// Elements over all target nodes that one trial may instantiate. Small instantiations of
+/// low-rank kernels stay far below it; a rank-6 tensor of distinct small extents can pass it
+/// (up to 6·7·8·9·10·11 elements), and then every candidate's evaluation would too.
+const TRIAL_MAX_ELEMS: usize = 1 << 20;
+
+/// Instantiations drawn before settling for the smallest one seen.
+const BINDING_DRAWS: usize = 16;
+
+/// Elements of all nodes of `nodes` at `bindings`, saturating.
+fn total_elements(nodes: &[Node], bindings: &Bindings) -> usize {
+    nodes.iter().fold(0usize, |acc, n| acc.saturating_add(bindings.extents(&n.shape).iter().product::<usize>()))
+}
+
+/// A [`small_bindings`] draw whose target instantiation holds at most [`TRIAL_MAX_ELEMS`]
+/// elements, or the smallest of [`BINDING_DRAWS`] draws. A draw within the budget is kept at
+/// once, so kernels that always fit see exactly the instantiations they saw without a budget.
+fn bounded_bindings(target: &[Node], table: &DimTable, rng: &mut Rng) -> Bindings {
+    let mut best: Option<(usize, Bindings)> = None;
+    for _ in 0..BINDING_DRAWS {
+        let b = small_bindings(table, rng);
+        let size = total_elements(target, &b);
+        if size <= TRIAL_MAX_ELEMS {
+            return b;
+        }
+        if best.as_ref().is_none_or(|(s, _)| size < *s) {
+            best = Some((size, b));
+        }
+    }
+    best.map(|(_, b)| b).unwrap_or_else(|| small_bindings(table, rng))
+}
+
 fn draw_seed(seed: u64, draw: u64) -> u64 {
     super::field::mix(seed, 0xd4a3 + draw)
 }
@@ -207,7 +238,7 @@ impl Verifier {
         let mut out = Vec::with_capacity(trials);
         let mut scratch = Vec::new();
         for t in 0..trials {
-            let bindings = small_bindings(table, &mut rng);
+            let bindings = bounded_bindings(&target, table, &mut rng);
             let keys = Keys::new(super::field::mix(seed, 0x7e1a1 + t as u64));
             let trial_seed = rng.next_u64();
             let mut found = None;
@@ -303,4 +334,30 @@ pub fn equivalent(
     )?;
     let outputs: Vec<usize> = candidate.outputs.iter().map(|o| o.node.index()).collect();
     Ok(verifier.check(&candidate.nodes, &outputs, &mut Scratch::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolic::symbolize;
+
+    #[test]
+    fn the_instantiations_of_a_rank_6_target_stay_within_the_element_budget() {
+        let src = "kernels:\n  - name: k\n    dims: { a: 3, b: 4, c: 5, d: 6, e: 7, f: 64 }\n    \
+                   inputs: { x: \"f32[a, b, c, d, e, f]\" }\n    outputs: { y: \"f32[a, b, c, d, e, 1]\" }\n    \
+                   body: |\n      y = sum(exp(x) * x, axis=-1)\n";
+        let module = crate::front::check_source(src.as_bytes()).expect("valid");
+        let target = symbolize(&module.kernels[0].1).graph;
+        let outputs = target.outputs.iter().map(|o| o.node.index()).collect();
+        let v = Verifier::new(target.nodes.clone(), outputs, 1, &target.dims, 8, 5).expect("fingerprints");
+        // Six distinct extents drawn unbounded reach 6·7·8·9·10·11 elements per node.
+        for trial in &v.trials {
+            let total = total_elements(&target.nodes, &trial.bindings);
+            assert!(total <= TRIAL_MAX_ELEMS, "{total} elements");
+            let mut extents: Vec<u64> = trial.bindings.values.clone();
+            extents.sort_unstable();
+            extents.dedup();
+            assert_eq!(extents.len(), trial.bindings.values.len(), "extents stay distinct: {extents:?}");
+        }
+    }
 }

@@ -43,6 +43,12 @@ use crate::symbolic::{symbolize, Symbolized};
 use enumerate::{FoundOps, LeafSpec, Space};
 use fingerprint::Verifier;
 
+/// The largest graphs (in ops, leaves excluded) the enumeration builds.
+pub const MAX_SEARCH_OPS: usize = 60;
+
+/// The share of [`SearchOptions::time_limit`] that saturation and enumeration may use.
+pub const ENUMERATION_SHARE: f64 = 0.9;
+
 /// Options of a search. The defaults are what `cleave search` uses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchOptions {
@@ -52,7 +58,9 @@ pub struct SearchOptions {
     pub max_ops: Option<usize>,
     /// Most search states.
     pub max_states: u64,
-    /// Wall-clock limit of the enumeration.
+    /// Wall-clock limit of the whole search. Saturation and enumeration stop at
+    /// [`ENUMERATION_SHARE`] of it, which leaves the rest to the final checks (their work is
+    /// bounded by the budgets below).
     pub time_limit: Duration,
     /// Limits of the e-graph saturation.
     pub egraph: EGraphLimits,
@@ -106,6 +114,17 @@ pub enum SearchError {
         op: String,
         /// Why.
         reason: String,
+    },
+    /// The target is larger than the graphs the enumeration builds.
+    #[error(
+        "the kernel has {ops} ops, so graphs of up to {bound} ops would be searched, and the search builds at most \
+         {MAX_SEARCH_OPS}; `schedule` and `emit` compile it as declared"
+    )]
+    TooLarge {
+        /// Ops of the target (leaves excluded).
+        ops: usize,
+        /// The size bound the search would need.
+        bound: usize,
     },
     /// Invalid options.
     #[error("invalid search options: {0}")]
@@ -279,8 +298,11 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
 
     // Refused before any work that grows with the target (the saturation, the fingerprints).
     let max_ops = opts.max_ops.unwrap_or_else(|| default_max_ops(target, &reduced, opts.split));
-    if max_ops > 60 {
-        return Err(SearchError::Options(format!("max_ops {max_ops} is above the supported 60")));
+    if max_ops > MAX_SEARCH_OPS {
+        return Err(match opts.max_ops {
+            Some(_) => SearchError::Options(format!("max_ops {max_ops} is above the supported {MAX_SEARCH_OPS}")),
+            None => SearchError::TooLarge { ops: target.op_count(), bound: max_ops },
+        });
     }
 
     // The master table: every split variable the search may need, created up front so that
@@ -303,7 +325,7 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
     })?;
 
     // The saturation shares the wall-clock limit of the whole search.
-    let limits = EGraphLimits { time: opts.egraph.time.min(opts.time_limit), ..opts.egraph };
+    let limits = EGraphLimits { time: opts.egraph.time.min(opts.time_limit.mul_f64(ENUMERATION_SHARE)), ..opts.egraph };
     let abs = Abstraction::saturate(target, &atoms, limits);
     let saturated = Instant::now();
 
@@ -353,7 +375,7 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
         verifier: &verifier,
         pruning: opts.pruning,
     };
-    let outcome = enumerate::search(&space, opts.max_states, start + opts.time_limit);
+    let outcome = enumerate::search(&space, opts.max_states, start + opts.time_limit.mul_f64(ENUMERATION_SHARE));
     let enumerated = Instant::now();
 
     // Build, check and recover every found graph, in parallel and in order.
