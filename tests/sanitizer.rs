@@ -80,8 +80,8 @@ const BUGS: &[Bug] = &[
     },
     Bug {
         name: "an off-by-one bounds guard",
-        find: "((128LL * i1) + ((r / 1) % 128) < e_s))) continue;",
-        replace: "((128LL * i1) + ((r / 1) % 128) <= e_s))) continue;",
+        find: "(((r / 1) % 128) < cleave_room(e_s - (128LL * i1))) && true)) continue;",
+        replace: "(((r / 1) % 128) <= cleave_room(e_s - (128LL * i1))) && true)) continue;",
         report: &["out of bounds: st_global_16 at line", "of `o`"],
     },
     Bug {

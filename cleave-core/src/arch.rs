@@ -21,6 +21,9 @@ pub struct Arch {
     pub simt_flops: f64,
     /// DRAM bandwidth, bytes/s.
     pub dram_bandwidth: f64,
+    /// Shared-memory bandwidth of all SMs together, bytes/s: 128 bytes per cycle per SM at the
+    /// boost clock. ldmatrix, cp.async writes and staging stores all draw on it.
+    pub smem_bandwidth: f64,
 }
 
 /// A100-SXM4 (sm_80): 164 KiB of opt-in shared memory per SM, 163 KiB per block.
@@ -34,6 +37,8 @@ pub const SM80: Arch = Arch {
     mma_flops: 312e12,
     simt_flops: 19.5e12,
     dram_bandwidth: 2.0e12,
+    // 108 SMs × 128 B × 1.41 GHz.
+    smem_bandwidth: 19.5e12,
 };
 
 /// H200 (sm_90) running the sm_80 instruction set (mma.sync, cp.async): 227 KiB per block.
@@ -48,6 +53,8 @@ pub const SM90: Arch = Arch {
     mma_flops: 500e12,
     simt_flops: 60e12,
     dram_bandwidth: 4.8e12,
+    // 132 SMs × 128 B × 1.98 GHz.
+    smem_bandwidth: 33.4e12,
 };
 
 /// The architecture a single generated kernel must fit everywhere: the smaller of each limit,
@@ -61,6 +68,7 @@ pub fn common(archs: &[Arch]) -> Arch {
         a.mma_flops = a.mma_flops.min(b.mma_flops);
         a.simt_flops = a.simt_flops.min(b.simt_flops);
         a.dram_bandwidth = a.dram_bandwidth.min(b.dram_bandwidth);
+        a.smem_bandwidth = a.smem_bandwidth.min(b.smem_bandwidth);
     }
     a
 }

@@ -214,3 +214,32 @@ fn split_decode_runs_as_a_split_kernel_and_a_log_sum_exp_combine() {
     let errs = check_at(&sg, &g, 1.0, 2, &[("l", 13)]);
     assert!(errs.iter().all(|e| *e < 2e-2), "ragged split: {errs:?}");
 }
+
+/// The cost model counts shared-memory traffic from the warp layout: of two otherwise equal
+/// attention schedules (128 query rows, KV tiles of 32), four warps of 32 rows each load every
+/// K and V fragment half as often as eight warps of 16 rows. Per block and KV tile that saves
+/// `2 · 2 bytes · 64 · 32 · (8 − 4)` bytes (Q·Kᵀ's B operand and P·V's), computed here by hand.
+#[test]
+fn shared_memory_traffic_follows_the_warp_layout() {
+    use cleave_core::plan::launch::Kernel;
+    let g = common::shipped("mha_d64_prefill");
+    let opts = cleave_core::pipeline::Options { top_k: 64, ..Default::default() };
+    let c = cleave_core::pipeline::compile(&g, &opts).expect("compiles");
+    let single: Vec<_> = c
+        .ranked
+        .iter()
+        .map(|r| &r.candidate)
+        .filter(|c| c.launch.kernels.len() == 1)
+        .filter_map(|c| match &c.launch.kernels[0] {
+            Kernel::Tile(k) if k.rows == 128 && k.smem_bytes == 32768 => Some((k.warps, c.costs[0])),
+            _ => None,
+        })
+        .collect();
+    let by_warps = |n: u32| single.iter().find(|(w, _)| w.m * w.n == n && w.n == 1).map(|(w, c)| (*w, *c));
+    let ((w4, c4), (w8, c8)) = (by_warps(4).expect("a 4-warp schedule"), by_warps(8).expect("an 8-warp schedule"));
+    assert_eq!((w4.m_tiles, w8.m_tiles), (2, 1));
+    assert_eq!(c4.blocks, c8.blocks);
+    let l = g.dims.get(g.dims.find("l").expect("l")).value;
+    let per_block_and_tile = 2 * 2 * 64 * 32 * (8 - 4);
+    assert_eq!(c8.smem_traffic - c4.smem_traffic, per_block_and_tile * (l / 32) * c4.blocks);
+}

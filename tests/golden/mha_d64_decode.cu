@@ -17,9 +17,33 @@ __device__ __forceinline__ int cleave_off(int r, int c) {
   return r * ROW_BYTES + (sw << 4) + (b & 15);
 }
 
-// exp(a - b), exactly 0 when a is -inf (a running max that has seen nothing yet).
+// cleave_off(r_t + r_k, c_t + c_k) split into a per-thread part and a constant one, for
+// ldmatrix addresses in unrolled loops: r_k is a multiple of 8, so the swizzle key (low row
+// bits) is r_t's, and the 16-byte chunks of c_k (a multiple of 16 bytes) share no bits with
+// c_t's, so adding them is an XOR that commutes with the swizzle's. The per-thread terms are
+// then loop-invariant, and each address costs one XOR and one add.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c_k) {
+  if (MODE == 0) return (r_t + r_k) * ROW_BYTES + (c_t + c_k) * SIZE;
+  const int bt = c_t * SIZE;
+  const int key = MODE == 1 ? (r_t & 7) : MODE == 2 ? ((r_t >> 1) & 3) : ((r_t >> 2) & 1);
+  const int off = r_t * ROW_BYTES + (bt & 15) + r_k * ROW_BYTES + ((((bt >> 4) ^ key) << 4) ^ (c_k * SIZE));
+#if !defined(__CUDA_ARCH__)
+  // The emulator proves the split on every address it computes.
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
+// exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
+// log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
+// The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
+// -inf as well and the result is exactly 0 (a - b would be NaN).
+__device__ __forceinline__ float cleave_neg_max_log2(float b) {
+  return b == -INFINITY ? 0.0f : -b * 1.4426950408889634f;
+}
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
-  return a == -INFINITY ? 0.0f : cleave::fast_exp2((a - b) * 1.4426950408889634f);
+  return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
@@ -27,6 +51,12 @@ __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
 }
 __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
+// How many of a tile's local indices 0, 1, ... lie below a bound: `base + i < bound` is
+// `i < cleave_room(bound - base)`. The 64-bit difference depends only on loop iterators, so it
+// is computed once per tile, and every element's check is one 32-bit compare.
+__device__ __forceinline__ int cleave_room(long long v) {
+  return v <= 0 ? 0 : v >= 2147483647LL ? 2147483647 : (int)v;
+}
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
 // registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
@@ -87,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp % 1, wn = warp / 1;
+  const int wm = warp, wn = 0;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
@@ -149,10 +179,13 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   __syncthreads();  // the space may hold a tile other warps just read
   // t_q = Load(q)
   {
-    for (int ci = threadIdx.x; ci < 128; ci += 32) {
+    const long long tb = ((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (0LL));
+    #pragma unroll
+    for (int it_ = 0; it_ < 4; ++it_) {
+      const int ci = threadIdx.x + it_ * 32;
       const int r = ci / 8, c = (ci % 8) * 8;
-      const long long nv = ((r < 16) && ((16LL * i2) + ((r / 1) % 16) < e_b)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-      const long long gi = nv > 0 ? ((16LL * i2) + ((r / 1) % 16)) * 64LL + ((1LL * i1) + 0) * e_b * 64LL + ((0LL) + c) : 0LL;
+      const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+      const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + (long long)c) : 0LL;
       cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
     }
   }
@@ -167,44 +200,58 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       const long long j0 = 0;
       // t_k = Load(k)
       {
-        for (int ci = threadIdx.x; ci < 512; ci += 32) {
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        #pragma unroll
+        for (int it_ = 0; it_ < 16; ++it_) {
+          const int ci = threadIdx.x + it_ * 32;
           const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i1) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 2048 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
         }
       }
       // t_v = Load(v)
       {
-        for (int ci = threadIdx.x; ci < 512; ci += 32) {
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        #pragma unroll
+        for (int it_ = 0; it_ < 16; ++it_) {
+          const int ci = threadIdx.x + it_ * 32;
           const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i1) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 18432 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
-    for (long long j0 = 0; j0 < n_j0; ++j0) {
+    long long j0 = 0;
+    for (; j0 < n_j0; ++j0) {
+      if (!(64 <= cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0)) && 64 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) break;  // a ragged tile: the masked loop below
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
         {
           const long long j0 = next;
           // t_k = Load(k)
           {
-            for (int ci = threadIdx.x; ci < 512; ci += 32) {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 16; ++it_) {
+              const int ci = threadIdx.x + it_ * 32;
               const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i1) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
             }
           }
           // t_v = Load(v)
           {
-            for (int ci = threadIdx.x; ci < 512; ci += 32) {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 16; ++it_) {
+              const int ci = threadIdx.x + it_ * 32;
               const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i1) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
             }
           }
@@ -227,16 +274,15 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
             const int r = (wm * 1 + mi) * 16 + (lane & 15);
-            const int cc = kk * 16 + (lane >> 4) * 8;
-            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off<128, 2, 1>(r, cc)));
+            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = (wn * 8 + nj) * 8 + ((ll >> 4) << 3) + (ll & 7);
-            const int bc = kk * 16 + ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(br, bc)));
+            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int bc = ((ll >> 3) & 1) * 8;
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -262,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = ((((64LL * j0) + col < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + col < e_l)) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = ((true) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -279,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
+          if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
         part = cleave::quad_max(part);
         b8[mi][h] = part;
@@ -374,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && ((64LL * j0) + col < cleave_ceil_div(e_l, 8LL)) && ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) + col < e_l)) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
@@ -395,9 +441,241 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = kk * 16 + (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(br, bc)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi) {
+              const uint32_t bf0[2] = {bq[0], bq[1]};
+              cleave::mma_m16n8k16(b1[mi][nj], a[mi], bf0, b1[mi][nj]);
+              if (nj + 1 < 8) {
+                const uint32_t bf1[2] = {bq[2], bq[3]};
+                cleave::mma_m16n8k16(b1[mi][nj + 1], a[mi], bf1, b1[mi][nj + 1]);
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // the next prefetch overwrites this iteration's tiles
+    }
+    for (; j0 < n_j0; ++j0) {
+      if (j0 + 1 < n_j0) {
+        const long long next = j0 + 1;
+        {
+          const long long j0 = next;
+          // t_k = Load(k)
+          {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 16; ++it_) {
+              const int ci = threadIdx.x + it_ * 32;
+              const int r = ci / 8, c = (ci % 8) * 8;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
+              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+            }
+          }
+          // t_v = Load(v)
+          {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 16; ++it_) {
+              const int ci = threadIdx.x + it_ * 32;
+              const int r = ci / 8, c = (ci % 8) * 8;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
+              cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+            }
+          }
+        }
+      }
+      cleave::cp_async_commit();
+      cleave::cp_async_wait<1>();
+      __syncthreads();
+      // t7 = MMA, k = 64
+      {
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[1][4];
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi) {
+            const int r = (wm * 1 + mi) * 16 + (lane & 15);
+            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
+          }
+          #pragma unroll
+          for (int nj = 0; nj < 8; nj += 2) {
+            uint32_t bq[4];
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
+            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int bc = ((ll >> 3) & 1) * 8;
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi) {
+              const uint32_t bf0[2] = {bq[0], bq[1]};
+              cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
+              if (nj + 1 < 8) {
+                const uint32_t bf1[2] = {bq[2], bq[3]};
+                cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
+              }
+            }
+          }
+        }
+      }
+      // t9_x = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+        }
+      }
+      // t9_mt = row max
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = -INFINITY;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
+        }
+        part = cleave::quad_max(part);
+        b8[mi][h] = part;
+      }
+      // t9_mn = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+      }
+      // t9_c = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+      }
+      // t10 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b0[mi][h] = (b0[mi][h] * b10[mi][h]);
+      }
+      // t11 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
+        }
+      }
+      // t9_m = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b2[mi][h] = b9[mi][h];
+      }
+      // t9 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+        }
+      }
+      // t10 (+)= row sum
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = 0.0f;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if ((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+        }
+        part = cleave::quad_sum(part);
+        b0[mi][h] = cleave_add(b0[mi][h], part);
+      }
+      // t11 += MMA, k = 64
+      {
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[1][4];
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi) {
+            a[mi][0] = cleave::pack_half2(b11[mi][2 * kk][0], b11[mi][2 * kk][1]);
+            a[mi][1] = cleave::pack_half2(b11[mi][2 * kk][2], b11[mi][2 * kk][3]);
+            a[mi][2] = cleave::pack_half2(b11[mi][2 * kk + 1][0], b11[mi][2 * kk + 1][1]);
+            a[mi][3] = cleave::pack_half2(b11[mi][2 * kk + 1][2], b11[mi][2 * kk + 1][3]);
+          }
+          #pragma unroll
+          for (int nj = 0; nj < 8; nj += 2) {
+            uint32_t bq[4];
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -422,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) cleave::st_global(p3, ((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col), cleave::from_float<float>(b0[mi][h]));
+    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true) cleave::st_global(p3, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b0[mi][h]));
   }
   // Store(ws1) through t_ws1_stage (16-byte rows)
   __syncthreads();  // the staging space may hold tiles other warps still read
@@ -442,10 +720,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     }
   }
   __syncthreads();
-  for (int ci = threadIdx.x; ci < 256; ci += 32) {
+  #pragma unroll
+  for (int it_ = 0; it_ < 8; ++it_) {
+    const int ci = threadIdx.x + it_ * 32;
     const int r = ci / 16, c = (ci % 16) * 4;
-    if (!((r < 16) && ((16LL * i2) + ((r / 1) % 16) < e_b))) continue;
-    float* dst = p4 + (((16LL * i2) + ((r / 1) % 16)) * 64LL + ((1LL * i1) + 0) * e_b * 64LL + ((1LL * i0) + 0) * 32LL * e_b * 64LL + ((0LL) + c));
+    if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true)) continue;
+    float* dst = p4 + (((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (1LL * i0) * 32LL * e_b * 64LL + (0LL)) + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<256, 4, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
@@ -462,7 +742,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && ((16LL * i2) + ((row / 1) % 16) < e_b)) cleave::st_global(p5, ((16LL * i2) + ((row / 1) % 16)) * 1LL + ((1LL * i1) + 0) * e_b * 1LL + ((1LL * i0) + 0) * 32LL * e_b * 1LL + ((0LL) + col), cleave::from_float<float>(b2[mi][h]));
+    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true) cleave::st_global(p5, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b2[mi][h]));
   }
 }
 
@@ -504,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp % 1, wn = warp / 1;
+  const int wm = 0, wn = warp;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
@@ -567,58 +847,77 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
       const long long j0 = 0;
       // t_ws0 = Load(ws0)
       {
-        for (int ei = threadIdx.x; ei < 16; ei += 128) {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-          cleave::st_shared<float>((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws0_max = Load(ws0_max)
       {
-        for (int ei = threadIdx.x; ei < 16; ei += 128) {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-          cleave::st_shared<float>((smem + 128 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 128 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
       {
-        for (int ci = threadIdx.x; ci < 256; ci += 128) {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        #pragma unroll
+        for (int it_ = 0; it_ < 2; ++it_) {
+          const int ci = threadIdx.x + it_ * 128;
           const int r = ci / 16, c = (ci % 16) * 4;
-          const long long nv = ((r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b)) ? cleave_max_ll(0LL, 4LL) : 0LL;
-          const long long gi = nv > 0 ? ((16LL * i1) + ((r / 1) % 16)) * 64LL + ((1LL * i0) + 0) * e_b * 64LL + ((1LL * j0) + 0) * 32LL * e_b * 64LL + ((0LL) + c) : 0LL;
+          const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off<256, 4, 1>(r, c), p2 + gi, (int)(nv * 4));
         }
       }
     }
     cleave::cp_async_commit();
-    for (long long j0 = 0; j0 < n_j0; ++j0) {
+    long long j0 = 0;
+    for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
         {
           const long long j0 = next;
           // t_ws0 = Load(ws0)
           {
-            for (int ei = threadIdx.x; ei < 16; ei += 128) {
+            #pragma unroll
+            for (int it_ = 0; it_ < 1; ++it_) {
+              const int ei = threadIdx.x + it_ * 128;
+              if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
-              const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-              cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
+              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+              cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws0_max = Load(ws0_max)
           {
-            for (int ei = threadIdx.x; ei < 16; ei += 128) {
+            #pragma unroll
+            for (int it_ = 0; it_ < 1; ++it_) {
+              const int ei = threadIdx.x + it_ * 128;
+              if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
-              const bool ok = (r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b);
-              cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) + ((r / 1) % 16)) * 1LL + ((1LL * i0) + 0) * e_b * 1LL + ((1LL * j0) + 0) * 32LL * e_b * 1LL + ((0LL) + c)) : cleave::from_float<float>(0.0f));
+              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+              cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws1 = Load(ws1)
           {
-            for (int ci = threadIdx.x; ci < 256; ci += 128) {
+            const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int ci = threadIdx.x + it_ * 128;
               const int r = ci / 16, c = (ci % 16) * 4;
-              const long long nv = ((r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b)) ? cleave_max_ll(0LL, 4LL) : 0LL;
-              const long long gi = nv > 0 ? ((16LL * i1) + ((r / 1) % 16)) * 64LL + ((1LL * i0) + 0) * e_b * 64LL + ((1LL * j0) + 0) * 32LL * e_b * 64LL + ((0LL) + c) : 0LL;
+              const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), p2 + gi, (int)(nv * 4));
             }
           }
@@ -735,10 +1034,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     }
   }
   __syncthreads();
-  for (int ci = threadIdx.x; ci < 128; ci += 128) {
+  #pragma unroll
+  for (int it_ = 0; it_ < 1; ++it_) {
+    const int ci = threadIdx.x + it_ * 128;
     const int r = ci / 8, c = (ci % 8) * 8;
-    if (!((r < 16) && ((16LL * i1) + ((r / 1) % 16) < e_b))) continue;
-    cleave::half* dst = p3 + (((16LL * i1) + ((r / 1) % 16)) * 64LL + ((1LL * i0) + 0) * e_b * 64LL + ((0LL) + c));
+    if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true)) continue;
+    cleave::half* dst = p3 + (((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (0LL)) + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<128, 2, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);

@@ -17,9 +17,33 @@ __device__ __forceinline__ int cleave_off(int r, int c) {
   return r * ROW_BYTES + (sw << 4) + (b & 15);
 }
 
-// exp(a - b), exactly 0 when a is -inf (a running max that has seen nothing yet).
+// cleave_off(r_t + r_k, c_t + c_k) split into a per-thread part and a constant one, for
+// ldmatrix addresses in unrolled loops: r_k is a multiple of 8, so the swizzle key (low row
+// bits) is r_t's, and the 16-byte chunks of c_k (a multiple of 16 bytes) share no bits with
+// c_t's, so adding them is an XOR that commutes with the swizzle's. The per-thread terms are
+// then loop-invariant, and each address costs one XOR and one add.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c_k) {
+  if (MODE == 0) return (r_t + r_k) * ROW_BYTES + (c_t + c_k) * SIZE;
+  const int bt = c_t * SIZE;
+  const int key = MODE == 1 ? (r_t & 7) : MODE == 2 ? ((r_t >> 1) & 3) : ((r_t >> 2) & 1);
+  const int off = r_t * ROW_BYTES + (bt & 15) + r_k * ROW_BYTES + ((((bt >> 4) ^ key) << 4) ^ (c_k * SIZE));
+#if !defined(__CUDA_ARCH__)
+  // The emulator proves the split on every address it computes.
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
+// exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
+// log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
+// The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
+// -inf as well and the result is exactly 0 (a - b would be NaN).
+__device__ __forceinline__ float cleave_neg_max_log2(float b) {
+  return b == -INFINITY ? 0.0f : -b * 1.4426950408889634f;
+}
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
-  return a == -INFINITY ? 0.0f : cleave::fast_exp2((a - b) * 1.4426950408889634f);
+  return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
@@ -27,6 +51,12 @@ __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
 }
 __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
+// How many of a tile's local indices 0, 1, ... lie below a bound: `base + i < bound` is
+// `i < cleave_room(bound - base)`. The 64-bit difference depends only on loop iterators, so it
+// is computed once per tile, and every element's check is one 32-bit compare.
+__device__ __forceinline__ int cleave_room(long long v) {
+  return v <= 0 ? 0 : v >= 2147483647LL ? 2147483647 : (int)v;
+}
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
 // registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
@@ -81,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp % 8, wn = warp / 8;
+  const int wm = warp, wn = 0;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
@@ -142,10 +172,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   __syncthreads();  // the space may hold a tile other warps just read
   // t_q = Load(q)
   {
-    for (int ci = threadIdx.x; ci < 1024; ci += 256) {
+    const long long tb = ((128LL * i1) * 64LL + (1LL * i0) * e_s * 64LL + (0LL));
+    #pragma unroll
+    for (int it_ = 0; it_ < 4; ++it_) {
+      const int ci = threadIdx.x + it_ * 256;
       const int r = ci / 8, c = (ci % 8) * 8;
-      const long long nv = ((r < 128) && ((128LL * i1) + ((r / 1) % 128) < e_s)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-      const long long gi = nv > 0 ? ((128LL * i1) + ((r / 1) % 128)) * 64LL + ((1LL * i0) + 0) * e_s * 64LL + ((0LL) + c) : 0LL;
+      const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i1)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+      const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 64LL + 0 * e_s * 64LL + (long long)c) : 0LL;
       cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
     }
   }
@@ -160,44 +193,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
       const long long j0 = 0;
       // t_k = Load(k)
       {
-        for (int ci = threadIdx.x; ci < 512; ci += 256) {
+        const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        #pragma unroll
+        for (int it_ = 0; it_ < 2; ++it_) {
+          const int ci = threadIdx.x + it_ * 256;
           const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i0) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 16384 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
         }
       }
       // t_v = Load(v)
       {
-        for (int ci = threadIdx.x; ci < 512; ci += 256) {
+        const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        #pragma unroll
+        for (int it_ = 0; it_ < 2; ++it_) {
+          const int ci = threadIdx.x + it_ * 256;
           const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i0) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 32768 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
-    for (long long j0 = 0; j0 < n_j0; ++j0) {
+    long long j0 = 0;
+    for (; j0 < n_j0; ++j0) {
+      if (!(64 <= cleave_room(e_l - (64LL * j0)))) break;  // a ragged tile: the masked loop below
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
         {
           const long long j0 = next;
           // t_k = Load(k)
           {
-            for (int ci = threadIdx.x; ci < 512; ci += 256) {
+            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
               const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i0) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 16384 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
             }
           }
           // t_v = Load(v)
           {
-            for (int ci = threadIdx.x; ci < 512; ci += 256) {
+            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
               const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && ((64LL * j0) + ((r / 1) % 64) < e_l)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 64LL + ((1LL * i0) + 0) * e_l * 64LL + ((0LL) + c) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 32768 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
             }
           }
@@ -220,16 +267,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
             const int r = (wm * 1 + mi) * 16 + (lane & 15);
-            const int cc = kk * 16 + (lane >> 4) * 8;
-            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off<128, 2, 1>(r, cc)));
+            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = (wn * 8 + nj) * 8 + ((ll >> 4) << 3) + (ll & 7);
-            const int bc = kk * 16 + ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(br, bc)));
+            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int bc = ((ll >> 3) & 1) * 8;
+            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -255,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = ((((64LL * j0) + col < e_l)) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = ((true) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
         }
       }
       // t7_mt = row max
@@ -272,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
+          if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
         part = cleave::quad_max(part);
         b8[mi][h] = part;
@@ -367,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && ((64LL * j0) + col < e_l)) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
@@ -388,9 +434,241 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = kk * 16 + (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(br, bc)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi) {
+              const uint32_t bf0[2] = {bq[0], bq[1]};
+              cleave::mma_m16n8k16(b1[mi][nj], a[mi], bf0, b1[mi][nj]);
+              if (nj + 1 < 8) {
+                const uint32_t bf1[2] = {bq[2], bq[3]};
+                cleave::mma_m16n8k16(b1[mi][nj + 1], a[mi], bf1, b1[mi][nj + 1]);
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // the next prefetch overwrites this iteration's tiles
+    }
+    for (; j0 < n_j0; ++j0) {
+      if (j0 + 1 < n_j0) {
+        const long long next = j0 + 1;
+        {
+          const long long j0 = next;
+          // t_k = Load(k)
+          {
+            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
+              const int r = ci / 8, c = (ci % 8) * 8;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
+              cleave::cp_async_16((smem + 16384 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+            }
+          }
+          // t_v = Load(v)
+          {
+            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            #pragma unroll
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
+              const int r = ci / 8, c = (ci % 8) * 8;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
+              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+            }
+          }
+        }
+      }
+      cleave::cp_async_commit();
+      cleave::cp_async_wait<1>();
+      __syncthreads();
+      // t5 = MMA, k = 64
+      {
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[1][4];
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi) {
+            const int r = (wm * 1 + mi) * 16 + (lane & 15);
+            cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
+          }
+          #pragma unroll
+          for (int nj = 0; nj < 8; nj += 2) {
+            uint32_t bq[4];
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
+            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int bc = ((ll >> 3) & 1) * 8;
+            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi) {
+              const uint32_t bf0[2] = {bq[0], bq[1]};
+              cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
+              if (nj + 1 < 8) {
+                const uint32_t bf1[2] = {bq[2], bq[3]};
+                cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
+              }
+            }
+          }
+        }
+      }
+      // t7_x = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(e_l - (64LL * j0)))) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+        }
+      }
+      // t7_mt = row max
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = -INFINITY;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
+        }
+        part = cleave::quad_max(part);
+        b8[mi][h] = part;
+      }
+      // t7_mn = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+      }
+      // t7_c = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+      }
+      // t8 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b0[mi][h] = (b0[mi][h] * b10[mi][h]);
+      }
+      // t9 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
+        }
+      }
+      // t7_m = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b2[mi][h] = b9[mi][h];
+      }
+      // t7 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+        }
+      }
+      // t8 (+)= row sum
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = 0.0f;
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if ((col < cleave_room(e_l - (64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+        }
+        part = cleave::quad_sum(part);
+        b0[mi][h] = cleave_add(b0[mi][h], part);
+      }
+      // t9 += MMA, k = 64
+      {
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[1][4];
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi) {
+            a[mi][0] = cleave::pack_half2(b11[mi][2 * kk][0], b11[mi][2 * kk][1]);
+            a[mi][1] = cleave::pack_half2(b11[mi][2 * kk][2], b11[mi][2 * kk][3]);
+            a[mi][2] = cleave::pack_half2(b11[mi][2 * kk + 1][0], b11[mi][2 * kk + 1][1]);
+            a[mi][3] = cleave::pack_half2(b11[mi][2 * kk + 1][2], b11[mi][2 * kk + 1][3]);
+          }
+          #pragma unroll
+          for (int nj = 0; nj < 8; nj += 2) {
+            uint32_t bq[4];
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -424,10 +702,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
     }
   }
   __syncthreads();
-  for (int ci = threadIdx.x; ci < 1024; ci += 256) {
+  #pragma unroll
+  for (int it_ = 0; it_ < 4; ++it_) {
+    const int ci = threadIdx.x + it_ * 256;
     const int r = ci / 8, c = (ci % 8) * 8;
-    if (!((r < 128) && ((128LL * i1) + ((r / 1) % 128) < e_s))) continue;
-    cleave::half* dst = p3 + (((128LL * i1) + ((r / 1) % 128)) * 64LL + ((1LL * i0) + 0) * e_s * 64LL + ((0LL) + c));
+    if (!((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i1))) && true)) continue;
+    cleave::half* dst = p3 + (((128LL * i1) * 64LL + (1LL * i0) * e_s * 64LL + (0LL)) + (((r / 1) % 128) * 64LL + 0 * e_s * 64LL + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<128, 2, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);

@@ -17,9 +17,33 @@ __device__ __forceinline__ int cleave_off(int r, int c) {
   return r * ROW_BYTES + (sw << 4) + (b & 15);
 }
 
-// exp(a - b), exactly 0 when a is -inf (a running max that has seen nothing yet).
+// cleave_off(r_t + r_k, c_t + c_k) split into a per-thread part and a constant one, for
+// ldmatrix addresses in unrolled loops: r_k is a multiple of 8, so the swizzle key (low row
+// bits) is r_t's, and the 16-byte chunks of c_k (a multiple of 16 bytes) share no bits with
+// c_t's, so adding them is an XOR that commutes with the swizzle's. The per-thread terms are
+// then loop-invariant, and each address costs one XOR and one add.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c_k) {
+  if (MODE == 0) return (r_t + r_k) * ROW_BYTES + (c_t + c_k) * SIZE;
+  const int bt = c_t * SIZE;
+  const int key = MODE == 1 ? (r_t & 7) : MODE == 2 ? ((r_t >> 1) & 3) : ((r_t >> 2) & 1);
+  const int off = r_t * ROW_BYTES + (bt & 15) + r_k * ROW_BYTES + ((((bt >> 4) ^ key) << 4) ^ (c_k * SIZE));
+#if !defined(__CUDA_ARCH__)
+  // The emulator proves the split on every address it computes.
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
+// exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
+// log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
+// The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
+// -inf as well and the result is exactly 0 (a - b would be NaN).
+__device__ __forceinline__ float cleave_neg_max_log2(float b) {
+  return b == -INFINITY ? 0.0f : -b * 1.4426950408889634f;
+}
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
-  return a == -INFINITY ? 0.0f : cleave::fast_exp2((a - b) * 1.4426950408889634f);
+  return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
@@ -27,6 +51,12 @@ __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
 }
 __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
+// How many of a tile's local indices 0, 1, ... lie below a bound: `base + i < bound` is
+// `i < cleave_room(bound - base)`. The 64-bit difference depends only on loop iterators, so it
+// is computed once per tile, and every element's check is one 32-bit compare.
+__device__ __forceinline__ int cleave_room(long long v) {
+  return v <= 0 ? 0 : v >= 2147483647LL ? 2147483647 : (int)v;
+}
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
 // registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
@@ -67,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp % 8, wn = warp / 8;
+  const int wm = warp, wn = 0;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
@@ -114,44 +144,57 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       const long long j0 = 0;
       // t_x = Load(x)
       {
-        for (int ci = threadIdx.x; ci < 1024; ci += 256) {
+        const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+        #pragma unroll
+        for (int it_ = 0; it_ < 4; ++it_) {
+          const int ci = threadIdx.x + it_ * 256;
           const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 128) && ((128LL * i0) + ((r / 1) % 128) < e_s)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((128LL * i0) + ((r / 1) % 128)) * 4096LL + ((64LL * j0) + c) : 0LL;
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 4096LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
         }
       }
       // t_w = Load(w)
       {
-        for (int ci = threadIdx.x; ci < 2048; ci += 256) {
+        const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+        #pragma unroll
+        for (int it_ = 0; it_ < 8; ++it_) {
+          const int ci = threadIdx.x + it_ * 256;
           const int r = ci / 32, c = (ci % 32) * 8;
           const long long nv = ((r < 64)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 6144LL + ((256LL * i1) + c) : 0LL;
+          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 6144LL + (long long)c) : 0LL;
           cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off<512, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
-    for (long long j0 = 0; j0 < n_j0; ++j0) {
+    long long j0 = 0;
+    for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
         {
           const long long j0 = next;
           // t_x = Load(x)
           {
-            for (int ci = threadIdx.x; ci < 1024; ci += 256) {
+            const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+            #pragma unroll
+            for (int it_ = 0; it_ < 4; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
               const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 128) && ((128LL * i0) + ((r / 1) % 128) < e_s)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((128LL * i0) + ((r / 1) % 128)) * 4096LL + ((64LL * j0) + c) : 0LL;
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 4096LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
             }
           }
           // t_w = Load(w)
           {
-            for (int ci = threadIdx.x; ci < 2048; ci += 256) {
+            const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+            #pragma unroll
+            for (int it_ = 0; it_ < 8; ++it_) {
+              const int ci = threadIdx.x + it_ * 256;
               const int r = ci / 32, c = (ci % 32) * 8;
               const long long nv = ((r < 64)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? ((64LL * j0) + ((r / 1) % 64)) * 6144LL + ((256LL * i1) + c) : 0LL;
+              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 6144LL + (long long)c) : 0LL;
               cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
             }
           }
@@ -168,16 +211,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
             const int r = (wm * 1 + mi) * 16 + (lane & 15);
-            const int cc = kk * 16 + (lane >> 4) * 8;
-            cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, cc)));
+            cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
           for (int nj = 0; nj < 32; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 32 ? lane : (lane & 15);
-            const int br = kk * 16 + (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 32 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(br, bc)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off_split<512, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -204,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 8 + ni) * 8 + 2 * t + e;
           (void)col;
-          if (col < 64 && true) part = cleave_add(part, cleave_sq(cleave::to_float(cleave::ld_shared<cleave::half>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, col))))));
+          if (true) part = cleave_add(part, cleave_sq(cleave::to_float(cleave::ld_shared<cleave::half>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, col))))));
         }
         part = cleave::quad_sum(part);
         b1[mi][h] = cleave_add(b1[mi][h], part);
@@ -241,10 +283,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     }
   }
   __syncthreads();
-  for (int ci = threadIdx.x; ci < 4096; ci += 256) {
+  #pragma unroll
+  for (int it_ = 0; it_ < 16; ++it_) {
+    const int ci = threadIdx.x + it_ * 256;
     const int r = ci / 32, c = (ci % 32) * 8;
-    if (!((r < 128) && ((128LL * i0) + ((r / 1) % 128) < e_s))) continue;
-    cleave::half* dst = p2 + (((128LL * i0) + ((r / 1) % 128)) * 6144LL + ((256LL * i1) + c));
+    if (!((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0))) && true)) continue;
+    cleave::half* dst = p2 + (((128LL * i0) * 6144LL + (256LL * i1)) + (((r / 1) % 128) * 6144LL + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<512, 2, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);

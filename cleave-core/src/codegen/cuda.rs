@@ -63,9 +63,33 @@ __device__ __forceinline__ int cleave_off(int r, int c) {
   return r * ROW_BYTES + (sw << 4) + (b & 15);
 }
 
-// exp(a - b), exactly 0 when a is -inf (a running max that has seen nothing yet).
+// cleave_off(r_t + r_k, c_t + c_k) split into a per-thread part and a constant one, for
+// ldmatrix addresses in unrolled loops: r_k is a multiple of 8, so the swizzle key (low row
+// bits) is r_t's, and the 16-byte chunks of c_k (a multiple of 16 bytes) share no bits with
+// c_t's, so adding them is an XOR that commutes with the swizzle's. The per-thread terms are
+// then loop-invariant, and each address costs one XOR and one add.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c_k) {
+  if (MODE == 0) return (r_t + r_k) * ROW_BYTES + (c_t + c_k) * SIZE;
+  const int bt = c_t * SIZE;
+  const int key = MODE == 1 ? (r_t & 7) : MODE == 2 ? ((r_t >> 1) & 3) : ((r_t >> 2) & 1);
+  const int off = r_t * ROW_BYTES + (bt & 15) + r_k * ROW_BYTES + ((((bt >> 4) ^ key) << 4) ^ (c_k * SIZE));
+#if !defined(__CUDA_ARCH__)
+  // The emulator proves the split on every address it computes.
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
+// exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
+// log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
+// The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
+// -inf as well and the result is exactly 0 (a - b would be NaN).
+__device__ __forceinline__ float cleave_neg_max_log2(float b) {
+  return b == -INFINITY ? 0.0f : -b * 1.4426950408889634f;
+}
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
-  return a == -INFINITY ? 0.0f : cleave::fast_exp2((a - b) * 1.4426950408889634f);
+  return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
@@ -73,6 +97,12 @@ __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
 }
 __device__ __forceinline__ long long cleave_min_ll(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long cleave_max_ll(long long a, long long b) { return a > b ? a : b; }
+// How many of a tile's local indices 0, 1, ... lie below a bound: `base + i < bound` is
+// `i < cleave_room(bound - base)`. The 64-bit difference depends only on loop iterators, so it
+// is computed once per tile, and every element's check is one 32-bit compare.
+__device__ __forceinline__ int cleave_room(long long v) {
+  return v <= 0 ? 0 : v >= 2147483647LL ? 2147483647 : (int)v;
+}
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
 // registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
@@ -135,6 +165,11 @@ struct Gen<'a> {
     depth: usize,
     /// Buffers double-buffered by the enclosing loop, with that loop's iterator.
     staged: Vec<(BufId, IterId)>,
+    /// Column masks known to hold on the code being emitted (the full-tile path of a loop),
+    /// each with the column extent it was proven for.
+    full: Vec<(Limit, u64)>,
+    /// The column extent the innermost open element loop covers (1 for row values).
+    col_ext: u64,
 }
 
 /// Per-buffer swizzle facts.
@@ -199,14 +234,80 @@ impl Gen<'_> {
         format!("({})", parts.join(" + "))
     }
 
-    /// `true` when every limit holds for local index `local` (a C expression).
-    fn limits_ok(&self, limits: &[Limit], local: &str) -> String {
-        if limits.is_empty() {
+    /// `true` when every limit holds for local index `local` (a C expression). With `ext`, the
+    /// local index lies in `0..ext`, and a limit the enclosing full-tile path proved for at
+    /// least that extent is left out.
+    fn limits_ok(&self, limits: &[Limit], local: &str, ext: Option<u64>) -> String {
+        let proven = |l: &Limit| ext.is_some_and(|e| self.full.iter().any(|(f, fe)| f == l && *fe >= e));
+        let conds: Vec<String> = limits
+            .iter()
+            .filter(|l| !proven(l))
+            .map(|l| format!("({local} < cleave_room({} - {}))", self.dim(l.bound), self.affine(&l.base)))
+            .collect();
+        if conds.is_empty() {
             return "true".into();
         }
-        let conds: Vec<String> =
-            limits.iter().map(|l| format!("({} + {local} < {})", self.affine(&l.base), self.dim(l.bound))).collect();
         conds.join(" && ")
+    }
+
+    /// The column extent of the element loops over a `cols`-column value: whole fragment
+    /// tiles of every column warp, or 1 for a row value.
+    fn col_extent(&self, cols: u64) -> u64 {
+        if cols <= 1 {
+            1
+        } else {
+            self.frag_tiles(cols) * 8 * u64::from(self.k.warps.n)
+        }
+    }
+
+    /// The column masks of `body`'s own statements (not of nested loops), each with the
+    /// largest column extent it is evaluated over.
+    fn column_masks(&self, body: &[Stmt]) -> Vec<(Limit, u64)> {
+        fn walk(e: &Expr, ext: u64, out: &mut Vec<(Limit, u64)>) {
+            match e {
+                Expr::Src(_) => {}
+                Expr::Unary(_, a) => walk(a, ext, out),
+                Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
+                    walk(a, ext, out);
+                    walk(b, ext, out);
+                }
+                Expr::MaskCols(a, limits, _) => {
+                    out.extend(limits.iter().map(|l| (l.clone(), ext)));
+                    walk(a, ext, out);
+                }
+                Expr::MaskSlice(a, limits, _) => {
+                    out.extend(limits.iter().map(|l| (l.clone(), 1)));
+                    walk(a, ext, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Assign { dst, expr } => {
+                    let ext = match self.k.buf(*dst).kind {
+                        BufKind::Rows => 1,
+                        _ => self.col_extent(self.cols_of(*dst)),
+                    };
+                    walk(expr, ext, &mut out);
+                }
+                Stmt::RowReduce { expr, cols, mask, .. } => {
+                    let ext = self.col_extent(*cols);
+                    out.extend(mask.iter().map(|l| (l.clone(), ext)));
+                    walk(expr, ext, &mut out);
+                }
+                Stmt::Store { expr, cols, .. } => walk(expr, self.col_extent(*cols), &mut out),
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } => {}
+            }
+        }
+        let mut merged: Vec<(Limit, u64)> = Vec::new();
+        for (l, e) in out {
+            match merged.iter_mut().find(|(m, _)| *m == l) {
+                Some((_, me)) => *me = (*me).max(e),
+                None => merged.push((l, e)),
+            }
+        }
+        merged
     }
 
     fn buf_name(&self, b: BufId) -> String {
@@ -227,6 +328,20 @@ impl Gen<'_> {
     fn tile_ptr(&self, b: BufId, r: &str, c: &str) -> String {
         let g = geom(self.k.buf(b));
         format!("({} + cleave_off<{}, {}, {}>({r}, {c}))", self.smem_base(b), g.row_bytes, g.size, g.mode)
+    }
+
+    /// [`Self::tile_ptr`] of `(r_t + r_k, c_t + c_k)` with a per-thread part `(r_t, c_t)` and an
+    /// unrolled-constant part `(r_k, c_k)` (see `cleave_off_split`: `r_k` a multiple of 8 rows,
+    /// `c_k` a multiple of 16 bytes whose chunks are disjoint from `c_t`'s).
+    fn tile_ptr_split(&self, b: BufId, r_t: &str, c_t: &str, r_k: &str, c_k: &str) -> String {
+        let g = geom(self.k.buf(b));
+        format!(
+            "({} + cleave_off_split<{}, {}, {}>({r_t}, {c_t}, {r_k}, {c_k}))",
+            self.smem_base(b),
+            g.row_bytes,
+            g.size,
+            g.mode
+        )
     }
 
     /// Rows the fragment loops of a block cover: 16 per MMA tile.
@@ -319,10 +434,15 @@ impl Gen<'_> {
             }
             Expr::ExpDiff(a, b) => format!("cleave_exp_diff({}, {})", self.expr(a), self.expr(b)),
             Expr::MaskCols(a, limits, fill) => {
-                format!("(({}) ? {} : {})", self.limits_ok(limits, "col"), self.expr(a), flit(*fill))
+                format!(
+                    "(({}) ? {} : {})",
+                    self.limits_ok(limits, "col", Some(self.col_ext)),
+                    self.expr(a),
+                    flit(*fill)
+                )
             }
             Expr::MaskSlice(a, limits, fill) => {
-                format!("(({}) ? {} : {})", self.limits_ok(limits, "0"), self.expr(a), flit(*fill))
+                format!("(({}) ? {} : {})", self.limits_ok(limits, "0", Some(1)), self.expr(a), flit(*fill))
             }
         }
     }
@@ -338,6 +458,7 @@ impl Gen<'_> {
         self.depth += 1;
         self.line(&format!("const int row = (wm * {mt} + mi) * 16 + g + 8 * h;"));
         self.line("(void)row;");
+        self.col_ext = 1;
     }
 
     fn open_cols(&mut self, cols: u64) {
@@ -349,11 +470,31 @@ impl Gen<'_> {
         self.depth += 1;
         self.line(&format!("const int col = (wn * {nt} + ni) * 8 + 2 * t + e;"));
         self.line("(void)col;");
+        self.col_ext = self.col_extent(cols);
     }
 
     fn close(&mut self) {
         self.depth -= 1;
         self.line("}");
+    }
+
+    /// Opens a loop in which the block's threads cover items `0..total` of a tile, item `var`
+    /// per thread and trip. The trip count is a constant (`total / threads`, rounded up), so
+    /// the loop unrolls fully with no remainder code and each trip's item is the thread's
+    /// first plus a constant; only a total the threads do not divide checks the last trip.
+    fn strided(&mut self, var: &str, total: u64, threads: u64) {
+        let trips = total.div_ceil(threads);
+        // Long loops (element-wise copies of large tiles) are left for the compiler to unroll
+        // partly, to bound code size.
+        if trips <= 16 {
+            self.line("#pragma unroll");
+        }
+        self.line(&format!("for (int it_ = 0; it_ < {trips}; ++it_) {{"));
+        self.depth += 1;
+        self.line(&format!("const int {var} = threadIdx.x + it_ * {threads};"));
+        if total % threads != 0 {
+            self.line(&format!("if ({var} >= {total}) break;"));
+        }
     }
 
     fn cols_of(&self, b: BufId) -> u64 {
@@ -435,9 +576,11 @@ impl Gen<'_> {
         self.open_rows();
         self.line(&format!("float part = {init};"));
         self.open_cols(cols);
-        let cond = self.limits_ok(mask, "col");
+        let cond = self.limits_ok(mask, "col", Some(self.col_ext));
         let v = self.expr(expr);
-        self.line(&format!("if (col < {cols} && {cond}) part = {combine}(part, {v});"));
+        // Padding columns exist only when the warps' fragments overhang the tile.
+        let inside = if self.col_ext > cols { format!("col < {cols} && ") } else { String::new() };
+        self.line(&format!("if ({inside}{cond}) part = {combine}(part, {v});"));
         self.close();
         self.line(&format!("part = {quad}(part);"));
         if self.k.warps.n > 1 {
@@ -524,14 +667,13 @@ impl Gen<'_> {
                 } else {
                     self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
                 }
-                self.line("const int cc = kk * 16 + (lane >> 4) * 8;");
-                let p = self.tile_ptr(buf, "r", "cc");
+                // The lane's 8-column half is one 16-byte chunk; kk steps whole 32-byte pairs.
+                let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", "kk * 16");
                 self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));
             }
             MmaA::Smem { buf, trans: true } => {
-                self.line("const int r = kk * 16 + ((lane >> 4) << 3) + (lane & 7);");
                 self.line(&format!("const int cc = (wm * {mt} + mi) * 16 + ((lane >> 3) & 1) * 8;"));
-                let p = self.tile_ptr(buf, "r", "cc");
+                let p = self.tile_ptr_split(buf, "((lane >> 4) << 3) + (lane & 7)", "cc", "kk * 16", "0");
                 self.line(&format!("cleave::ldmatrix_x4_trans(a[mi], {p});"));
             }
             MmaA::Frag(p) => {
@@ -550,22 +692,16 @@ impl Gen<'_> {
         // With an odd tile count the last pair has one tile: an x2 load, whose upper lanes
         // only mirror the lower ones.
         self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
-        let (r, cc, f) = if b.n_major {
-            (
-                format!("(wn * {nt} + nj) * 8 + ((ll >> 4) << 3) + (ll & 7)"),
-                "kk * 16 + ((ll >> 3) & 1) * 8".to_string(),
-                "cleave::ldmatrix_x4",
-            )
+        // The per-thread part of each address, and the part the unrolled kk and nj add.
+        let (p, f) = if b.n_major {
+            self.line(&format!("const int br = wn * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
+            self.line("const int bc = ((ll >> 3) & 1) * 8;");
+            (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", "kk * 16"), "cleave::ldmatrix_x4")
         } else {
-            (
-                "kk * 16 + (((ll >> 3) & 1) << 3) + (ll & 7)".to_string(),
-                format!("(wn * {nt} + nj) * 8 + ((ll >> 4) << 3)"),
-                "cleave::ldmatrix_x4_trans",
-            )
+            self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
+            self.line(&format!("const int bc = (wn * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
+            (self.tile_ptr_split(b.buf, "br", "bc", "kk * 16", "0"), "cleave::ldmatrix_x4_trans")
         };
-        self.line(&format!("const int br = {r};"));
-        self.line(&format!("const int bc = {cc};"));
-        let p = self.tile_ptr(b.buf, "br", "bc");
         if nt % 2 == 1 {
             let f2 = f.replace("x4", "x2");
             self.line(&format!("if (nj + 1 < {nt}) {{ {f}(bq, {p}); }} else {{ uint32_t b2[2]; {f2}(b2, {p}); bq[0] = b2[0]; bq[1] = b2[1]; bq[2] = 0u; bq[3] = 0u; }}"));
@@ -589,8 +725,17 @@ impl Gen<'_> {
     }
 
     /// The global element index of tile element `(row, col)` of `tm`, and the validity
-    /// condition, as C expressions over `row_var` and `col_var`.
-    fn address(&self, p: &Param, tm: &TMap, row_var: &str, col_var: &str) -> (String, String) {
+    /// conditions of its row and of its column, as C expressions over `row_var` and `col_var`.
+    fn address(&self, p: &Param, tm: &TMap, row_var: &str, col_var: &str) -> (String, String, String) {
+        let (base, local, row_ok, col_ok) = self.address_parts(p, tm, row_var, col_var);
+        (format!("{base} + {local}"), row_ok, col_ok)
+    }
+
+    /// [`Self::address`] with the index split into the tile's start, which depends on loop
+    /// iterators only, and the element's offset inside the tile, which depends on `row_var`
+    /// and `col_var` only, so that a copy loop computes the first once per tile and the second
+    /// once per thread.
+    fn address_parts(&self, p: &Param, tm: &TMap, row_var: &str, col_var: &str) -> (String, String, String, String) {
         let n = tm.axes.len();
         let stride = |a: usize| -> String {
             let parts: Vec<String> =
@@ -601,7 +746,8 @@ impl Gen<'_> {
                 parts.join(" * ")
             }
         };
-        let mut idx = Vec::new();
+        let mut base = Vec::new();
+        let mut local_idx = Vec::new();
         let mut ok = Vec::new();
         let row_axes: Vec<usize> = (0..n.saturating_sub(1)).collect();
         let total_rows: u64 = row_axes.iter().map(|&a| tm.axes[a].extent).product::<u64>().max(1);
@@ -612,18 +758,21 @@ impl Gen<'_> {
             let local = if ax.extent == 1 { "0".to_string() } else { format!("(({row_var} / {div}) % {})", ax.extent) };
             div *= ax.extent;
             if !ax.limits.is_empty() {
-                ok.push(self.limits_ok(&ax.limits, &local));
+                ok.push(self.limits_ok(&ax.limits, &local, None));
             }
-            idx.push(format!("({} + {local}) * {}", self.affine(&ax.offset), stride(a)));
+            base.push(format!("{} * {}", self.affine(&ax.offset), stride(a)));
+            local_idx.push(format!("{local} * {}", stride(a)));
         }
+        let mut col_ok = "true".to_string();
         if let Some(last) = tm.axes.last() {
             if !last.limits.is_empty() {
-                ok.push(self.limits_ok(&last.limits, col_var));
+                col_ok = self.limits_ok(&last.limits, col_var, None);
             }
-            idx.push(format!("({} + {col_var})", self.affine(&last.offset)));
+            base.push(self.affine(&last.offset));
+            local_idx.push(format!("(long long){col_var}"));
         }
-        let idx = if idx.is_empty() { "0LL".to_string() } else { idx.join(" + ") };
-        (idx, ok.join(" && "))
+        let join = |v: Vec<String>| if v.is_empty() { "0LL".to_string() } else { format!("({})", v.join(" + ")) };
+        (join(base), join(local_idx), ok.join(" && "), col_ok)
     }
 
     /// Issues the loads of one tile. `at` substitutes an iterator value (prefetching the next
@@ -646,12 +795,13 @@ impl Gen<'_> {
         let last_static =
             p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
         let vector = cols % epc == 0 && last_static.is_some_and(|e| e % epc == 0) && tm.axes.len() == p.shape.len();
-        let (idx, ok) = self.address(&p, tm, "r", "c");
+        let (tile_base, local, row_ok, col_ok) = self.address_parts(&p, tm, "r", "c");
+        let idx = format!("{tile_base} + {local}");
         let src = format!("p{}", param.0);
         if vector {
             let cpr = cols / epc;
-            self.line(&format!("for (int ci = threadIdx.x; ci < {}; ci += {threads}) {{", rows * cpr));
-            self.depth += 1;
+            self.line(&format!("const long long tb = {tile_base};"));
+            self.strided("ci", rows * cpr, u64::from(threads));
             self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
             let last = tm.axes.last().expect("a tile has axes");
             let mut valid = format!("{epc}LL");
@@ -659,19 +809,17 @@ impl Gen<'_> {
                 valid = format!("cleave_min_ll({valid}, {} - ({} + c))", self.dim(l.bound), self.affine(&l.base));
             }
             // Rows outside the tensor copy nothing; a ragged last chunk copies its valid part.
-            let row_ok = ok.split(" && ").filter(|s| !s.contains("+ c <")).collect::<Vec<_>>().join(" && ");
             self.line(&format!("const long long nv = ({row_ok}) ? cleave_max_ll(0LL, {valid}) : 0LL;"));
-            self.line(&format!("const long long gi = nv > 0 ? {idx} : 0LL;"));
+            self.line(&format!("const long long gi = nv > 0 ? tb + {local} : 0LL;"));
             self.line(&format!(
                 "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {src} + gi, (int)(nv * {}));",
                 g.row_bytes, g.size, g.mode, g.size
             ));
             self.close();
         } else {
-            self.line(&format!("for (int ei = threadIdx.x; ei < {}; ei += {threads}) {{", rows * cols));
-            self.depth += 1;
+            self.strided("ei", rows * cols, u64::from(threads));
             self.line(&format!("const int r = ei / {cols}, c = ei % {cols};"));
-            self.line(&format!("const bool ok = {ok};"));
+            self.line(&format!("const bool ok = {row_ok} && {col_ok};"));
             self.line(&format!(
                 "cleave::st_shared<{}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, {idx}) : cleave::from_float<{}>(0.0f));",
                 ctype(dtype),
@@ -688,7 +836,8 @@ impl Gen<'_> {
     fn store(&mut self, param: ParamId, expr: &Expr, cols: u64, tm: &TMap) {
         let p = self.k.params[param.0 as usize].clone();
         self.line(&format!("// Store({})", p.name));
-        let (idx, ok) = self.address(&p, tm, "row", "col");
+        let (idx, row_ok, col_ok) = self.address(&p, tm, "row", "col");
+        let ok = format!("{row_ok} && {col_ok}");
         self.open_rows();
         if cols == 1 {
             self.line("const int ni = 0, e = 0, col = 0;");
@@ -735,9 +884,9 @@ impl Gen<'_> {
         self.close();
         self.close();
         self.line("__syncthreads();");
-        let (idx, ok) = self.address(&p, tm, "r", "c");
-        self.line(&format!("for (int ci = threadIdx.x; ci < {}; ci += {threads}) {{", rows * cpr));
-        self.depth += 1;
+        let (idx, row_ok, col_ok) = self.address(&p, tm, "r", "c");
+        let ok = format!("{row_ok} && {col_ok}");
+        self.strided("ci", rows * cpr, u64::from(threads));
         self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
         self.line(&format!("if (!({ok})) continue;"));
         self.line(&format!("{t}* dst = p{} + ({idx});", param.0));
@@ -782,8 +931,38 @@ impl Gen<'_> {
             self.close();
             self.line("cleave::cp_async_commit();");
         }
-        self.line(&format!("for (long long {it} = 0; {it} < n_{it}; ++{it}) {{"));
+        let rest: Vec<Stmt> = body.iter().filter(|s| !matches!(s, Stmt::Load { .. })).cloned().collect();
+        // Iterations whose tiles lie wholly inside every column mask of the body run a copy of
+        // it with those masks left out; the others (the ragged last tile) run it masked. The
+        // full path is a loop of its own, so it carries no code of the masked one.
+        let masks: Vec<(Limit, u64)> =
+            self.column_masks(&rest).into_iter().filter(|(l, _)| !self.full.iter().any(|(f, _)| f == l)).collect();
+        self.line(&format!("long long {it} = 0;"));
+        if !masks.is_empty() {
+            let cond: Vec<String> = masks
+                .iter()
+                .map(|(l, e)| format!("{e} <= cleave_room({} - {})", self.dim(l.bound), self.affine(&l.base)))
+                .collect();
+            self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
+            self.depth += 1;
+            self.line(&format!("if (!({})) break;  // a ragged tile: the masked loop below", cond.join(" && ")));
+            let saved = self.full.len();
+            self.full.extend(masks.iter().cloned());
+            self.loop_iteration(iter, &loads, &rest);
+            self.full.truncate(saved);
+            self.close();
+        }
+        self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
         self.depth += 1;
+        self.loop_iteration(iter, &loads, &rest);
+        self.close();
+        self.close();
+    }
+
+    /// One iteration of a pipelined loop: the prefetch of the next iteration's tiles, the wait
+    /// for this one's, and the body.
+    fn loop_iteration(&mut self, iter: IterId, loads: &[(BufId, ParamId, TMap)], rest: &[Stmt]) {
+        let it = self.iter(iter);
         if !loads.is_empty() {
             self.line(&format!("if ({it} + 1 < n_{it}) {{"));
             self.depth += 1;
@@ -791,7 +970,7 @@ impl Gen<'_> {
             self.line("{");
             self.depth += 1;
             self.line(&format!("const long long {it} = next;"));
-            for (d, p, tm) in &loads {
+            for (d, p, tm) in loads {
                 self.load(*d, *p, tm, Some(&format!("{it} & 1")));
             }
             self.close();
@@ -801,23 +980,29 @@ impl Gen<'_> {
             self.line("__syncthreads();");
         }
         let saved = self.staged.len();
-        for (d, _, _) in &loads {
+        for (d, _, _) in loads {
             self.staged.push((*d, iter));
         }
-        let rest: Vec<Stmt> = body.iter().filter(|s| !matches!(s, Stmt::Load { .. })).cloned().collect();
-        self.stmts(&rest);
+        self.stmts(rest);
         self.staged.truncate(saved);
         if !loads.is_empty() {
             self.line("__syncthreads();  // the next prefetch overwrites this iteration's tiles");
         }
-        self.close();
-        self.close();
     }
 }
 
 /// Emits one kernel and, for the emulator, its C entry point.
 pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
-    let mut g = Gen { k, dims, names: &k.names, out: String::new(), depth: 0, staged: Vec::new() };
+    let mut g = Gen {
+        k,
+        dims,
+        names: &k.names,
+        out: String::new(),
+        depth: 0,
+        staged: Vec::new(),
+        full: Vec::new(),
+        col_ext: 1,
+    };
     let threads = k.warps.threads();
     let mut params: Vec<String> = k
         .params
@@ -849,7 +1034,13 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     g.line("unsigned char* smem = cleave::dynamic_smem();");
     g.line("(void)smem;");
     g.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
-    g.line(&format!("const int wm = warp % {}, wn = warp / {};", k.warps.m, k.warps.m));
+    // The block has exactly m · n warps. Spelling out a single row or column of warps lets the
+    // compiler fold the column (row) bounds checks that depend on it.
+    match (k.warps.m, k.warps.n) {
+        (_, 1) => g.line("const int wm = warp, wn = 0;"),
+        (1, _) => g.line("const int wm = 0, wn = warp;"),
+        (m, _) => g.line(&format!("const int wm = warp % {m}, wn = warp / {m};")),
+    }
     g.line("const int g = lane >> 2, t = lane & 3;");
     g.line("(void)wm; (void)wn; (void)g; (void)t;");
     // Block indices, the last grid axis fastest.

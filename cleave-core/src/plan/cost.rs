@@ -8,7 +8,7 @@
 //! prediction of absolute time.
 
 use super::launch::Kernel;
-use super::program::{Binding, BufKind, Stmt, TileKernel};
+use super::program::{Binding, BufKind, MmaA, Stmt, TileKernel};
 use super::stage::{SExpr, StageKernel};
 use crate::arch::Arch;
 use crate::graph::{Dim, DimTable, DimVar};
@@ -26,6 +26,9 @@ pub struct Cost {
     pub simt_flops: u64,
     /// Dynamic shared memory per block.
     pub smem_bytes: u64,
+    /// Shared-memory bytes read and written by all blocks (MMA operands, cp.async copies,
+    /// staged stores).
+    pub smem_traffic: u64,
     /// Blocks resident per SM.
     pub blocks_per_sm: u64,
     /// Waves of blocks.
@@ -49,7 +52,14 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     let mut mma = 0u64;
     let mut simt = 0u64;
     let mut iterations = 0u64;
-    walk(k, &k.body, 1, dims, &mut bytes, &mut mma, &mut simt, &mut iterations);
+    let mut smem = 0u64;
+    walk(
+        k,
+        &k.body,
+        1,
+        dims,
+        &mut Tally { bytes: &mut bytes, mma: &mut mma, simt: &mut simt, iterations: &mut iterations, smem: &mut smem },
+    );
     let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
     let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
     let by_threads = u64::from(arch.threads_per_sm) / threads;
@@ -59,6 +69,12 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     // One wave runs `slots` blocks at once; the last wave is as slow as a full one.
     let per_block_mem = bytes as f64 / arch.dram_bandwidth * slots as f64;
     let per_block_compute = mma as f64 / arch.mma_flops * slots as f64 + simt as f64 / arch.simt_flops * slots as f64;
+    // Shared memory serves the tensor cores' operands concurrently with their work, so a block
+    // takes as long as the slower of the two. Measured on the generated SASS (bench/RESULTS.md,
+    // "The main loop"), 16-row warp tiles move about twice FlashAttention-2's shared-memory
+    // bytes per product, which is what makes 32-row warp tiles worth their registers.
+    let per_block_smem = smem as f64 / arch.smem_bandwidth * slots as f64;
+    let per_block_compute = per_block_compute.max(per_block_smem);
     // Fixed costs the throughput terms miss: launching a block, and the barriers and copy
     // latency of every loop iteration (which is what makes tiny tiles slow); and launching the
     // kernel at all, which is what a Split-K's second kernel costs.
@@ -70,53 +86,72 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
         mma_flops: mma * blocks,
         simt_flops: simt * blocks,
         smem_bytes: k.smem_bytes,
+        smem_traffic: smem * blocks,
         blocks_per_sm,
         waves,
         seconds,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn walk(
-    k: &TileKernel,
-    body: &[Stmt],
-    times: u64,
-    dims: &DimTable,
-    bytes: &mut u64,
-    mma: &mut u64,
-    simt: &mut u64,
-    iterations: &mut u64,
-) {
+/// The per-block counters [`walk`] adds to.
+struct Tally<'a> {
+    bytes: &'a mut u64,
+    mma: &'a mut u64,
+    simt: &'a mut u64,
+    iterations: &'a mut u64,
+    /// Shared-memory bytes read and written.
+    smem: &'a mut u64,
+}
+
+fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tally<'_>) {
     let rows = k.rows;
+    let w = k.warps;
+    // Rows and columns the warps' fragments cover, padding included.
+    let frag_rows = 16 * u64::from(w.m_tiles) * u64::from(w.m);
+    let frag_cols = |cols: u64| cols.div_ceil(8 * u64::from(w.n)) * 8 * u64::from(w.n);
     for s in body {
         match s {
             Stmt::Load { param, tmap, .. } => {
                 let p = &k.params[param.0 as usize];
-                *bytes += times * tmap.elements() * p.dtype.size();
+                *t.bytes += times * tmap.elements() * p.dtype.size();
+                // The copy lands in shared memory.
+                *t.smem += times * tmap.elements() * p.dtype.size();
             }
-            Stmt::Store { param, tmap, .. } => {
+            Stmt::Store { param, tmap, staging, .. } => {
                 let p = &k.params[param.0 as usize];
-                *bytes += times * tmap.elements() * p.dtype.size();
+                *t.bytes += times * tmap.elements() * p.dtype.size();
+                if staging.is_some() {
+                    // Written to the staging tile, then read back in 16-byte rows.
+                    *t.smem += times * 2 * tmap.elements() * p.dtype.size();
+                }
             }
-            Stmt::Mma { acc, k: kk, .. } => {
+            Stmt::Mma { acc, a, k: kk, .. } => {
                 let cols = match k.buf(*acc).kind {
                     BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
-                *mma += times * 2 * rows * cols * kk;
+                *t.mma += times * 2 * rows * cols * kk;
+                // Every column of warps loads the A rows of its row of warps, and every row of
+                // warps the B columns of its column: 16-bit operands, `kk` deep.
+                let b_bytes = 2 * kk * frag_cols(cols) * u64::from(w.m);
+                let a_bytes = match a {
+                    MmaA::Smem { .. } => 2 * kk * frag_rows * u64::from(w.n),
+                    MmaA::Frag(_) => 0,
+                };
+                *t.smem += times * (a_bytes + b_bytes);
             }
             Stmt::Assign { dst, .. } => {
                 let cols = match k.buf(*dst).kind {
                     BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
-                *simt += times * rows * cols * 4;
+                *t.simt += times * rows * cols * 4;
             }
-            Stmt::RowReduce { cols, .. } => *simt += times * rows * cols * 2,
+            Stmt::RowReduce { cols, .. } => *t.simt += times * rows * cols * 2,
             Stmt::Loop { dim, tile, body, .. } => {
                 let n = times * trips(dims, *dim, *tile);
-                *iterations += n;
-                walk(k, body, n, dims, bytes, mma, simt, iterations);
+                *t.iterations += n;
+                walk(k, body, n, dims, t);
             }
         }
     }
@@ -196,5 +231,5 @@ pub fn stage_cost(k: &StageKernel, dims: &DimTable, arch: &Arch) -> Cost {
     let seconds = LAUNCH_SECONDS
         + (gmem_bytes as f64 / arch.dram_bandwidth).max(simt_flops as f64 / arch.simt_flops).max(serial)
         + 2e-6;
-    Cost { blocks, gmem_bytes, mma_flops: 0, simt_flops, smem_bytes: 0, blocks_per_sm, waves, seconds }
+    Cost { blocks, gmem_bytes, mma_flops: 0, simt_flops, smem_bytes: 0, smem_traffic: 0, blocks_per_sm, waves, seconds }
 }

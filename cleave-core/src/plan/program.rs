@@ -90,8 +90,9 @@ pub enum Expr {
     Unary(UnaryOp, Box<Expr>),
     /// Two operands.
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
-    /// `exp(a - b)` that is 0 when `a` is -inf, whatever `b` (the rescale factor of a running
-    /// max that has not seen a finite value yet).
+    /// `exp(a - b)` for a running max `b` that includes `a` (so `b >= a`), 0 when `a` is -inf
+    /// (the rescale factor of a running max that has not seen a finite value yet). Code
+    /// generation may guard `b` instead of `a` (the two are -inf together when `b` is).
     ExpDiff(Box<Expr>, Box<Expr>),
     /// The value, or `fill` at columns outside the tensor (`base + col < extent(bound)` fails
     /// for some limit): -inf so that a maximum and an exp ignore them.

@@ -1,5 +1,6 @@
-//! The CUDA toolchain: finding nvcc, choosing target architectures, compiling fatbins and
-//! checking the resource usage ptxas reports.
+//! The CUDA toolchain: finding nvcc, choosing target architectures, compiling fatbins,
+//! checking the resource usage ptxas reports and reading the figures of disassembled code
+//! ([`sass`]).
 //!
 //! Pure std: nothing here needs a GPU, a driver or `nvidia-smi`. A build script uses it as
 //!
@@ -25,6 +26,7 @@ mod arch;
 mod compile;
 mod discover;
 mod report;
+pub mod sass;
 
 pub use arch::{Arch, ArchError, ArchSet, Variant, COMPUTE_CAP_VAR};
 pub use compile::{compile_each, compile_fatbin, ToolchainError};
