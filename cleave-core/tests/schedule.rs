@@ -243,3 +243,23 @@ fn shared_memory_traffic_follows_the_warp_layout() {
     let per_block_and_tile = 2 * 2 * 64 * 32 * (8 - 4);
     assert_eq!(c8.smem_traffic - c4.smem_traffic, per_block_and_tile * (l / 32) * c4.blocks);
 }
+
+/// The warp layout of a GEMM block loads the fewest fragments per product: the 128 × 256 tile
+/// of `matmul_prefill` in eight warps is 2 × 4 warps of 64 × 64 (0.25 ldmatrix per product)
+/// rather than eight 16 × 256 strips (0.53). A block whose loop reduces rows keeps each row in
+/// one warp.
+#[test]
+fn gemm_blocks_take_the_layout_of_fewest_fragment_loads() {
+    use cleave_core::plan::launch::Kernel;
+    use cleave_core::plan::program::Warps;
+    let warps = |name: &str| {
+        let c = cleave_core::pipeline::compile(&common::shipped(name), &Default::default()).expect("compiles");
+        match &c.best().kernels[0] {
+            Kernel::Tile(k) => (k.rows, k.warps),
+            Kernel::Stage(_) => panic!("{name}: a fused kernel is expected"),
+        }
+    };
+    assert_eq!(warps("matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
+    let (_, w) = warps("rmsnorm_matmul_prefill");
+    assert_eq!((w.n, w.m * w.n), (1, 8));
+}

@@ -6,31 +6,64 @@ use crate::plan::program::{Buf, BufId, BufKind, MmaA, Stmt, Warps};
 use crate::schedule::config::TileConfig;
 
 impl Lowerer<'_> {
-    /// Lays warps over the block: down the rows first (so row reductions stay in a warp), and
-    /// across columns only when there are too few 16-row tiles and no register tile feeds a
-    /// product as its left operand (which would need whole rows in one warp).
+    /// Lays warps over the block. The count is the configuration's (or the largest number of
+    /// 16-row tiles at most that, when fewer), laid down the rows first, so row reductions stay
+    /// in a warp. A block with tensor-core products takes, among the layouts of the same count,
+    /// the one that loads the fewest fragments per product: a warp of `a` 16-row tiles and `b`
+    /// 8-column tiles issues `a` A loads and `b / 2` B loads (ldmatrix x4) for `a · b`
+    /// products per 16 of depth, so 16 × 256 warp tiles load 0.53 per product and 64 × 64 ones
+    /// 0.25, unless a loop reduces rows (see below). Warps go across columns only where no register tile feeds a product as its left
+    /// operand (which needs whole rows in one warp) and every register and stored tile splits
+    /// evenly (a warp's columns past a narrower tile would be written to a neighbour's, or
+    /// nobody's, elements).
     pub(super) fn warps(&self, cfg: &TileConfig, body: &[Stmt]) -> Warps {
         let want = cfg.warps.max(1);
         let tiles16 = (self.rows.div_ceil(16)) as u32;
-        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
-        let m_tiles = tiles16 / m;
-        let mut n = 1;
-        if m < want && want % m == 0 && self.mma_a_frags.is_empty() {
-            let cand = want / m;
-            // Every register tile and every stored tile must split evenly: a warp's columns
-            // past a narrower tile would be written to a neighbour's (or nobody's) elements.
-            let split = |cols: u64| cols % (8 * u64::from(cand)) == 0;
-            let mut stored = Vec::new();
-            store_cols(body, &mut stored);
-            let all_cols_split = self.bufs.iter().all(|b| match b.kind {
-                BufKind::Frag { cols } => split(cols),
-                _ => true,
-            }) && stored.into_iter().all(|c| c == 1 || split(c));
-            if all_cols_split {
-                n = cand;
+        let mut stored = Vec::new();
+        store_cols(body, &mut stored);
+        let splits = |n: u32| {
+            let split = |cols: u64| cols % (8 * u64::from(n)) == 0;
+            n == 1
+                || (self.mma_a_frags.is_empty()
+                    && self.bufs.iter().all(|b| match b.kind {
+                        BufKind::Frag { cols } => split(cols),
+                        _ => true,
+                    })
+                    && stored.iter().all(|&c| c == 1 || split(c)))
+        };
+        let m0 = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
+        let n0 = if m0 < want && want % m0 == 0 && splits(want / m0) { want / m0 } else { 1 };
+        let mut products = Vec::new();
+        mma_shapes(body, &self.bufs, &mut products);
+        // Fragment loads per product of a layout, as a fraction (loads, products) compared by
+        // cross-multiplication so the choice is exact.
+        let loads = |m: u32, n: u32| -> (u64, u64) {
+            let a = u64::from(tiles16 / m);
+            products.iter().fold((0, 0), |(l, p), &(cols, a_in_smem)| {
+                let b = cols.div_ceil(8 * u64::from(n));
+                (l + if a_in_smem { 2 * a } else { 0 } + b, p + 2 * a * b)
+            })
+        };
+        let mut best = (m0, n0);
+        // A row reduction inside a loop would combine across the row's warps on every
+        // iteration (a shared-memory exchange and a barrier each); measured on the SASS, that
+        // costs more issue than the fragment loads save, so such blocks keep their rows in one
+        // warp.
+        if !products.is_empty() && !reduces_in_loop(body, false) {
+            let threads = m0 * n0;
+            for m in (1..=tiles16.min(threads)).rev().filter(|m| tiles16 % m == 0 && threads % m == 0) {
+                let n = threads / m;
+                if !splits(n) {
+                    continue;
+                }
+                let ((l1, p1), (l0, p0)) = (loads(m, n), loads(best.0, best.1));
+                if l1 * p0 < l0 * p1 {
+                    best = (m, n);
+                }
             }
         }
-        Warps { m, n, m_tiles }
+        let (m, n) = best;
+        Warps { m, n, m_tiles: tiles16 / m }
     }
 
     /// Registers per thread at the busiest point of the program: register buffers are live
@@ -66,6 +99,31 @@ impl Lowerer<'_> {
 }
 
 /// Columns of every tile a program stores, loops included.
+/// Whether a row reduction runs inside a loop of `body` (`inside`: `body` is a loop's).
+fn reduces_in_loop(body: &[Stmt], inside: bool) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::RowReduce { .. } => inside,
+        Stmt::Loop { body, .. } => reduces_in_loop(body, true),
+        _ => false,
+    })
+}
+
+/// The column count of every product's accumulator, and whether its left operand comes from
+/// shared memory (a register operand needs no loads).
+fn mma_shapes(body: &[Stmt], bufs: &[Buf], out: &mut Vec<(u64, bool)>) {
+    for s in body {
+        match s {
+            Stmt::Mma { acc, a, .. } => {
+                if let BufKind::Frag { cols } = bufs[acc.0 as usize].kind {
+                    out.push((cols, matches!(a, MmaA::Smem { .. })));
+                }
+            }
+            Stmt::Loop { body, .. } => mma_shapes(body, bufs, out),
+            _ => {}
+        }
+    }
+}
+
 fn store_cols(body: &[Stmt], out: &mut Vec<u64>) {
     for s in body {
         match s {
