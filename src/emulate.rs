@@ -285,6 +285,9 @@ impl HostLibrary {
             let n = spec.elements(plan, &extents).map_err(|e| e.to_string())?;
             usize::try_from(n).map_err(|_| format!("{}: `{}` has {n} elements", plan.kernel, spec.name))
         };
+        if g.inputs.len() != plan.inputs.len() || g.outputs.len() != plan.outputs.len() {
+            return Err(format!("{}: the launch's tensors do not match the plan", plan.kernel));
+        }
         let mut in_bytes: Vec<Aligned> = Vec::with_capacity(inputs.len());
         for ((t, i), spec) in inputs.iter().zip(&g.inputs).zip(plan.inputs) {
             let n = count(spec)?;
@@ -299,9 +302,6 @@ impl HostLibrary {
                 ));
             }
             in_bytes.push(Aligned::new(&to_bytes(i.decl.dtype, &t.data)));
-        }
-        if g.inputs.len() != plan.inputs.len() || g.outputs.len() != plan.outputs.len() {
-            return Err(format!("{}: the launch's tensors do not match the plan", plan.kernel));
         }
         let mut out_bytes: Vec<Aligned> = Vec::with_capacity(plan.outputs.len());
         for (o, spec) in g.outputs.iter().zip(plan.outputs) {

@@ -48,18 +48,9 @@ fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
 pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch) -> Cost {
     let blocks: u64 = k.grid.iter().map(|a| trips(dims, a.dim, a.tile)).product::<u64>().max(1);
     let threads = u64::from(k.warps.threads());
-    let mut bytes = 0u64;
-    let mut mma = 0u64;
-    let mut simt = 0u64;
-    let mut iterations = 0u64;
-    let mut smem = 0u64;
-    walk(
-        k,
-        &k.body,
-        1,
-        dims,
-        &mut Tally { bytes: &mut bytes, mma: &mut mma, simt: &mut simt, iterations: &mut iterations, smem: &mut smem },
-    );
+    let mut t = Tally::default();
+    walk(k, &k.body, 1, dims, &mut t);
+    let Tally { bytes, mma, simt, iterations, smem } = t;
     let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
     let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
     let by_threads = u64::from(arch.threads_per_sm) / threads;
@@ -94,16 +85,17 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
 }
 
 /// The per-block counters [`walk`] adds to.
-struct Tally<'a> {
-    bytes: &'a mut u64,
-    mma: &'a mut u64,
-    simt: &'a mut u64,
-    iterations: &'a mut u64,
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    mma: u64,
+    simt: u64,
+    iterations: u64,
     /// Shared-memory bytes read and written.
-    smem: &'a mut u64,
+    smem: u64,
 }
 
-fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tally<'_>) {
+fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tally) {
     let rows = k.rows;
     let w = k.warps;
     // Rows and columns the warps' fragments cover, padding included.
@@ -113,16 +105,16 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
         match s {
             Stmt::Load { param, tmap, .. } => {
                 let p = &k.params[param.0 as usize];
-                *t.bytes += times * tmap.elements() * p.dtype.size();
+                t.bytes += times * tmap.elements() * p.dtype.size();
                 // The copy lands in shared memory.
-                *t.smem += times * tmap.elements() * p.dtype.size();
+                t.smem += times * tmap.elements() * p.dtype.size();
             }
             Stmt::Store { param, tmap, staging, .. } => {
                 let p = &k.params[param.0 as usize];
-                *t.bytes += times * tmap.elements() * p.dtype.size();
+                t.bytes += times * tmap.elements() * p.dtype.size();
                 if staging.is_some() {
                     // Written to the staging tile, then read back in 16-byte rows.
-                    *t.smem += times * 2 * tmap.elements() * p.dtype.size();
+                    t.smem += times * 2 * tmap.elements() * p.dtype.size();
                 }
             }
             Stmt::Mma { acc, a, k: kk, .. } => {
@@ -130,7 +122,7 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                     BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
-                *t.mma += times * 2 * rows * cols * kk;
+                t.mma += times * 2 * rows * cols * kk;
                 // Every column of warps loads the A rows of its row of warps, and every row of
                 // warps the B columns of its column: 16-bit operands, `kk` deep.
                 let b_bytes = 2 * kk * frag_cols(cols) * u64::from(w.m);
@@ -138,19 +130,19 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                     MmaA::Smem { .. } => 2 * kk * frag_rows * u64::from(w.n),
                     MmaA::Frag(_) => 0,
                 };
-                *t.smem += times * (a_bytes + b_bytes);
+                t.smem += times * (a_bytes + b_bytes);
             }
             Stmt::Assign { dst, .. } => {
                 let cols = match k.buf(*dst).kind {
                     BufKind::Frag { cols } => cols,
                     _ => 1,
                 };
-                *t.simt += times * rows * cols * 4;
+                t.simt += times * rows * cols * 4;
             }
-            Stmt::RowReduce { cols, .. } => *t.simt += times * rows * cols * 2,
+            Stmt::RowReduce { cols, .. } => t.simt += times * rows * cols * 2,
             Stmt::Loop { dim, tile, body, .. } => {
                 let n = times * trips(dims, *dim, *tile);
-                *t.iterations += n;
+                t.iterations += n;
                 walk(k, body, n, dims, t);
             }
         }

@@ -204,18 +204,19 @@ fn total_elements(nodes: &[Node], bindings: &Bindings) -> usize {
 /// elements, or the smallest of [`BINDING_DRAWS`] draws. A draw within the budget is kept at
 /// once, so kernels that always fit see exactly the instantiations they saw without a budget.
 fn bounded_bindings(target: &[Node], table: &DimTable, rng: &mut Rng) -> Bindings {
-    let mut best: Option<(usize, Bindings)> = None;
-    for _ in 0..BINDING_DRAWS {
+    let mut best = small_bindings(table, rng);
+    let mut best_size = total_elements(target, &best);
+    for _ in 1..BINDING_DRAWS {
+        if best_size <= TRIAL_MAX_ELEMS {
+            break;
+        }
         let b = small_bindings(table, rng);
         let size = total_elements(target, &b);
-        if size <= TRIAL_MAX_ELEMS {
-            return b;
-        }
-        if best.as_ref().is_none_or(|(s, _)| size < *s) {
-            best = Some((size, b));
+        if size < best_size {
+            (best, best_size) = (b, size);
         }
     }
-    best.map(|(_, b)| b).unwrap_or_else(|| small_bindings(table, rng))
+    best
 }
 
 fn draw_seed(seed: u64, draw: u64) -> u64 {
