@@ -246,8 +246,11 @@ fn shared_memory_traffic_follows_the_warp_layout() {
 
 /// The warp layout of a GEMM block loads the fewest fragments per product: the 128 × 256 tile
 /// of `matmul_prefill` in eight warps is 2 × 4 warps of 64 × 64 (0.25 ldmatrix per product)
-/// rather than eight 16 × 256 strips (0.53). A block whose loop reduces rows keeps each row in
-/// one warp.
+/// rather than eight 16 × 256 strips (0.53). SwiGLU's two products share their left operand's
+/// loads, which makes 64 × 32 warp tiles the cheapest of its 128 × 128 block (4 A loads and
+/// 2 + 2 B loads per 32 products, against 2 + 4 + 4 for 32 × 64). RMSNorm+MatMul's loop only
+/// accumulates its sum of squares, so it takes the GEMM layout too; attention's loop reads its
+/// row max, so each row stays in one warp.
 #[test]
 fn gemm_blocks_take_the_layout_of_fewest_fragment_loads() {
     use cleave_core::plan::launch::Kernel;
@@ -260,6 +263,101 @@ fn gemm_blocks_take_the_layout_of_fewest_fragment_loads() {
         }
     };
     assert_eq!(warps("matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
-    let (_, w) = warps("rmsnorm_matmul_prefill");
+    assert_eq!(warps("swiglu_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
+    assert_eq!(warps("rmsnorm_matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
+    let (_, w) = warps("mha_d64_prefill");
     assert_eq!((w.n, w.m * w.n), (1, 8));
+}
+
+/// Which loop sums are combined once after the loop: RMSNorm's sum of squares is only
+/// accumulated; attention's row sum is also rescaled inside the loop, so it is not.
+#[test]
+fn only_sums_a_loop_merely_accumulates_are_deferred() {
+    use cleave_core::plan::launch::Kernel;
+    use cleave_core::plan::program::{deferred_row_sums, Stmt};
+    let deferred = |name: &str| -> Vec<String> {
+        let c = cleave_core::pipeline::compile(&common::shipped(name), &Default::default()).expect("compiles");
+        let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("{name}: a fused kernel is expected") };
+        let body = k
+            .body
+            .iter()
+            .find_map(|s| match s {
+                Stmt::Loop { body, .. } => Some(body),
+                _ => None,
+            })
+            .expect("a loop");
+        deferred_row_sums(body).into_iter().map(|b| k.buf(b).name.clone()).collect()
+    };
+    assert_eq!(deferred("rmsnorm_matmul_prefill"), ["t5"]);
+    assert!(deferred("mha_d64_prefill").is_empty());
+    assert!(deferred("matmul_prefill").is_empty());
+}
+
+/// A positive constant scale of the scores leaves the masked score tile unscaled and is applied
+/// to the row max once per row and inside the exponent; a negative one (which turns the max
+/// into a min) stays in the tile. Both match the reference in the tile interpreter with scores
+/// in the thousands.
+#[test]
+fn a_positive_score_scale_moves_into_the_exponent() {
+    use cleave_core::plan::launch::Kernel;
+    use cleave_core::plan::program::{Expr, Src, Stmt};
+    let decl = |scale: &str| {
+        let text = format!(
+            "kernels:\n  - name: a\n    dims: {{ s: {{ value: 256, dynamic: true }}, l: {{ value: 512, dynamic: true }}, d: 64 }}\n    inputs: {{ q: \"f16[s, d]\", k: \"f16[l, d]\", v: \"f16[l, d]\" }}\n    outputs: {{ o: \"f32[s, d]\" }}\n    body: |\n      o = matmul(softmax(matmul(q, transpose(k)) * {scale}), v)\n"
+        );
+        check_source(text.as_bytes()).expect("checks").kernels.remove(0).1
+    };
+    fn has_const(e: &Expr) -> bool {
+        match e {
+            Expr::Src(Src::Const(_)) => true,
+            Expr::Src(_) => false,
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => has_const(a),
+            Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => has_const(a) || has_const(b),
+        }
+    }
+    for (scale, folded) in [("3.0", true), ("-0.125", false)] {
+        let g = decl(scale);
+        let c = cleave_core::pipeline::compile(&g, &Default::default()).expect("compiles");
+        let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("a fused kernel is expected") };
+        let body = k
+            .body
+            .iter()
+            .find_map(|s| match s {
+                Stmt::Loop { body, .. } => Some(body),
+                _ => None,
+            })
+            .expect("a loop");
+        let scores = body
+            .iter()
+            .find_map(|s| match s {
+                Stmt::Assign { dst, expr } if k.buf(*dst).name.ends_with("_x") => Some(expr),
+                _ => None,
+            })
+            .expect("the masked score tile");
+        // The tile's only constant is the mask's fill, which `has_const` does not see.
+        assert_eq!(!has_const(scores), folded, "{scale}: {scores:?}");
+        let mut b = Bindings::of_table(&g.dims);
+        b.values[g.dims.find("s").expect("s").index()] = 37;
+        b.values[g.dims.find("l").expect("l").index()] = 301;
+        let inputs = random_inputs(&g, &b, 5, &InputScale { default: 11.0, per_input: vec![] });
+        let want = eval(&g, &b, &inputs).expect("reference");
+        let got = interp::run(c.best(), &b, &inputs, 3).expect("interpreter runs");
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < 2e-2, "{scale}: max_rel_err {e}");
+    }
+}
+
+/// The register estimate of the chosen `mha_d64_prefill` block (eight 16-row warps, 128-key
+/// tiles), counted by hand: at `t7 = exp(0.125 · t7_x - m)` the scores `t7_x` (16 × 128 / 32 =
+/// 64 f32) die into `t7` (64 f32 and 32 for its f16 copy as a left operand), beside the output
+/// accumulator (16 × 64 / 32 = 32) and two row values (2 each): 64 + 96 + 32 + 4 less the 64
+/// that `t7` takes over from `t7_x`, plus 32 for addresses, is 164. Counting `t7_x` and `t7`
+/// apart (228) would put the plan over the budget and leave the 64-key tile.
+#[test]
+fn the_register_estimate_reuses_a_dying_operand() {
+    use cleave_core::plan::launch::Kernel;
+    let c = cleave_core::pipeline::compile(&common::shipped("mha_d64_prefill"), &Default::default()).expect("compiles");
+    let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("a fused kernel is expected") };
+    assert_eq!((k.warps.m, k.warps.m_tiles), (8, 1));
+    assert_eq!(c.best().registers, [164]);
 }

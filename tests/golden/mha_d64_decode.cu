@@ -45,6 +45,10 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
+__device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
+  return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
+}
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
   return (a + b - 1) / b;
@@ -74,23 +78,23 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 32 threads, 16 rows, 34816 B smem
+//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 32 threads, 16 rows, 67584 B smem
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
 //     t_q = Load(q[i1, i2*16:+16, 0:+64])
-//     for j0 in range(0, l/s_l, 64):
-//       t_k = Load(k[i1, i0*l/s_l + j0*64:+64, 0:+64])
-//       t_v = Load(v[i1, i0*l/s_l + j0*64:+64, 0:+64])
+//     for j0 in range(0, l/s_l, 128):
+//       t_k = Load(k[i1, i0*l/s_l + j0*128:+128, 0:+64])
+//       t_v = Load(v[i1, i0*l/s_l + j0*128:+128, 0:+64])
 //       t7 = MMA(t_q, t_k^T)
-//       t9_x = mask(0.125 * t7, -inf)
+//       t9_x = mask(t7, -inf)
 //       t9_mt = Rowmax(t9_x)
-//       t9_mn = max(t9_m, t9_mt)
+//       t9_mn = max(t9_m, (0.125 * t9_mt))
 //       t9_c = exp(t9_m - t9_mn)
 //       t10 = t10 * t9_c
 //       t11 = t11 * t9_c
 //       t9_m = t9_mn
-//       t9 = exp(t9_x - t9_m)
+//       t9 = exp((0.125 * t9_x) - t9_m)
 //       t10 += Rowsum(t9)
 //       t11 += MMA(t9, t_v)
 //     Store(t10, ws0[i0, i1, i2*16:+16, 0])
@@ -123,20 +127,20 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   long long bid = blockIdx.x;
   const long long i2 = bid % cleave_ceil_div(e_b, 16LL); bid /= cleave_ceil_div(e_b, 16LL);
   const long long i1 = bid % cleave_ceil_div(32LL, 1LL); bid /= cleave_ceil_div(32LL, 1LL);
-  const long long i0 = bid % cleave_ceil_div(8LL, 1LL); bid /= cleave_ceil_div(8LL, 1LL);
+  const long long i0 = bid % cleave_ceil_div(4LL, 1LL); bid /= cleave_ceil_div(4LL, 1LL);
   (void)bid;
   float b0[1][2];  // t10: one per row
   float b1[1][8][4];  // t11: 16 x 64
   float b2[1][2];  // t9_m: one per row
   // t_q: smem 16 x 64 f16 at byte 0
-  // t_k: smem 64 x 64 f16 at byte 2048 (double-buffered)
-  // t_v: smem 64 x 64 f16 at byte 18432 (double-buffered)
-  float b6[1][8][4];  // t7: 16 x 64
-  float b7[1][8][4];  // t9_x: 16 x 64
+  // t_k: smem 128 x 64 f16 at byte 2048 (double-buffered)
+  // t_v: smem 128 x 64 f16 at byte 34816 (double-buffered)
+  float b6[1][16][4];  // t7: 16 x 128
+  float b7[1][16][4];  // t9_x: 16 x 128
   float b8[1][2];  // t9_mt: one per row
   float b9[1][2];  // t9_mn: one per row
   float b10[1][2];  // t9_c: one per row
-  float b11[1][8][4];  // t9: 16 x 64
+  float b11[1][16][4];  // t9: 16 x 128
   // t_ws1_stage: smem 16 x 64 f32 at byte 0
   // t10 = ...
   #pragma unroll
@@ -180,80 +184,72 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   // t_q = Load(q)
   {
     const long long tb = ((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (0LL));
+    const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+    const auto* src_t = p0 + (tb + (long long)r0 * (64LL) + (long long)c);
     #pragma unroll
     for (int it_ = 0; it_ < 4; ++it_) {
-      const int ci = threadIdx.x + it_ * 32;
-      const int r = ci / 8, c = (ci % 8) * 8;
+      const int r = r0 + it_ * 4;
       const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-      const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + (long long)c) : 0LL;
-      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
+      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p0, (int)(nv * 2));
     }
   }
   cleave::cp_async_commit();
   cleave::cp_async_wait<0>();
   __syncthreads();
-  // for j0 in range(0, l/s_l, 64)
+  // for j0 in range(0, l/s_l, 128)
   {
-    const long long n_j0 = cleave_ceil_div(cleave_ceil_div(e_l, 8LL), 64LL);
+    const long long n_j0 = cleave_ceil_div(cleave_ceil_div(e_l, 4LL), 128LL);
     __syncthreads();
     {
       const long long j0 = 0;
       // t_k = Load(k)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-        #pragma unroll
-        for (int it_ = 0; it_ < 16; ++it_) {
-          const int ci = threadIdx.x + it_ * 32;
-          const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 2048 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+        for (int it_ = 0; it_ < 32; ++it_) {
+          const int r = r0 + it_ * 4;
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 2048 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p1, (int)(nv * 2));
         }
       }
       // t_v = Load(v)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-        #pragma unroll
-        for (int it_ = 0; it_ < 16; ++it_) {
-          const int ci = threadIdx.x + it_ * 32;
-          const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 18432 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+        for (int it_ = 0; it_ < 32; ++it_) {
+          const int r = r0 + it_ * 4;
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 34816 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p2, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
     long long j0 = 0;
-    for (; j0 < n_j0; ++j0) {
-      if (!(64 <= cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0)) && 64 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) break;  // a ragged tile: the masked loop below
-      if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+    const auto whole_ = [&](long long j0) { return 128 <= cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0)) && 128 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)); };
+    for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
+      const long long next = j0 + 1;
+      {
+        const long long j0 = next;
+        // t_k = Load(k)
         {
-          const long long j0 = next;
-          // t_k = Load(k)
-          {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 16; ++it_) {
-              const int ci = threadIdx.x + it_ * 32;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
-            }
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+          for (int it_ = 0; it_ < 32; ++it_) {
+            const int r = r0 + it_ * 4;
+            cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 4) * (64LL), (int)(8 * 2));
           }
-          // t_v = Load(v)
-          {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 16; ++it_) {
-              const int ci = threadIdx.x + it_ * 32;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
-            }
+        }
+        // t_v = Load(v)
+        {
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+          for (int it_ = 0; it_ < 32; ++it_) {
+            const int r = r0 + it_ * 4;
+            cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 4) * (64LL), (int)(8 * 2));
           }
         }
       }
@@ -265,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -277,17 +273,17 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 8; nj += 2) {
+          for (int nj = 0; nj < 16; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 8) {
+              if (nj + 1 < 16) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -303,12 +299,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = ((true) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = ((true) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -320,10 +316,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -339,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+        b9[mi][h] = fmaxf(b2[mi][h], (0.125f * b8[mi][h]));
       }
       // t9_c = ...
       #pragma unroll
@@ -398,12 +394,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+          b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
       }
       // t10 (+)= row sum
@@ -415,20 +411,20 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t11 += MMA, k = 64
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -443,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -465,26 +461,24 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           const long long j0 = next;
           // t_k = Load(k)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 16; ++it_) {
-              const int ci = threadIdx.x + it_ * 32;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+            for (int it_ = 0; it_ < 32; ++it_) {
+              const int r = r0 + it_ * 4;
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p1, (int)(nv * 2));
             }
           }
           // t_v = Load(v)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 16; ++it_) {
-              const int ci = threadIdx.x + it_ * 32;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+            for (int it_ = 0; it_ < 32; ++it_) {
+              const int r = r0 + it_ * 4;
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p2, (int)(nv * 2));
             }
           }
         }
@@ -497,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -509,17 +503,17 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 8; nj += 2) {
+          for (int nj = 0; nj < 16; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 8) {
+              if (nj + 1 < 16) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -535,12 +529,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -552,10 +546,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -571,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+        b9[mi][h] = fmaxf(b2[mi][h], (0.125f * b8[mi][h]));
       }
       // t9_c = ...
       #pragma unroll
@@ -630,12 +624,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+          b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
       }
       // t10 (+)= row sum
@@ -647,20 +641,20 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          if ((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if ((col < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t11 += MMA, k = 64
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -675,7 +669,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -841,7 +835,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   }
   // for j0 in range(0, s_l, 1)
   {
-    const long long n_j0 = cleave_ceil_div(8LL, 1LL);
+    const long long n_j0 = cleave_ceil_div(4LL, 1LL);
     __syncthreads();
     {
       const long long j0 = 0;
@@ -870,18 +864,149 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
       // t_ws1 = Load(ws1)
       {
         const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
         #pragma unroll
         for (int it_ = 0; it_ < 2; ++it_) {
-          const int ci = threadIdx.x + it_ * 128;
-          const int r = ci / 16, c = (ci % 16) * 4;
+          const int r = r0 + it_ * 8;
           const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off<256, 4, 1>(r, c), p2 + gi, (int)(nv * 4));
+          cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
         }
       }
     }
     cleave::cp_async_commit();
     long long j0 = 0;
+    for (; j0 + 1 < n_j0; ++j0) {
+      const long long next = j0 + 1;
+      {
+        const long long j0 = next;
+        // t_ws0 = Load(ws0)
+        {
+          #pragma unroll
+          for (int it_ = 0; it_ < 1; ++it_) {
+            const int ei = threadIdx.x + it_ * 128;
+            if (ei >= 16) break;
+            const int r = ei / 1, c = ei % 1;
+            const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+            cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          }
+        }
+        // t_ws0_max = Load(ws0_max)
+        {
+          #pragma unroll
+          for (int it_ = 0; it_ < 1; ++it_) {
+            const int ei = threadIdx.x + it_ * 128;
+            if (ei >= 16) break;
+            const int r = ei / 1, c = ei % 1;
+            const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+            cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          }
+        }
+        // t_ws1 = Load(ws1)
+        {
+          const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+          const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
+          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+          #pragma unroll
+          for (int it_ = 0; it_ < 2; ++it_) {
+            const int r = r0 + it_ * 8;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
+          }
+        }
+      }
+      cleave::cp_async_commit();
+      cleave::cp_async_wait<1>();
+      __syncthreads();
+      // t0_mn = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))));
+      }
+      // t0_c = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b6[mi][h] = cleave_exp_diff(b2[mi][h], b5[mi][h]);
+      }
+      // t2 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b0[mi][h] = (b0[mi][h] * b6[mi][h]);
+      }
+      // t3 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b6[mi][h]);
+        }
+      }
+      // t0_m = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b2[mi][h] = b5[mi][h];
+      }
+      // t2 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        const int ni = 0, e = 0, col = 0;
+        (void)ni; (void)e; (void)col;
+        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+      }
+      // t3 = ...
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          (void)col;
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+        }
+      }
+      __syncthreads();  // the next prefetch overwrites this iteration's tiles
+    }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
@@ -912,13 +1037,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           // t_ws1 = Load(ws1)
           {
             const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+            const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
+            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
             #pragma unroll
             for (int it_ = 0; it_ < 2; ++it_) {
-              const int ci = threadIdx.x + it_ * 128;
-              const int r = ci / 16, c = (ci % 16) * 4;
+              const int r = r0 + it_ * 8;
               const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), p2 + gi, (int)(nv * 4));
+              cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
             }
           }
         }

@@ -45,6 +45,10 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
+__device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
+  return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
+}
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
   return (a + b - 1) / b;
@@ -74,23 +78,23 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(h/1), i1 < ceil(s/128):  # 256 threads, 128 rows, 49152 B smem
+//   parfor i0 < ceil(h/1), i1 < ceil(s/128):  # 256 threads, 128 rows, 81920 B smem
 //     t8 = 0.0
 //     t9 = 0.0
 //     t7_m = -inf
 //     t_q = Load(q[i0, i1*128:+128, 0:+64])
-//     for j0 in range(0, l, 64):
-//       t_k = Load(k[i0, j0*64:+64, 0:+64])
-//       t_v = Load(v[i0, j0*64:+64, 0:+64])
+//     for j0 in range(0, l, 128):
+//       t_k = Load(k[i0, j0*128:+128, 0:+64])
+//       t_v = Load(v[i0, j0*128:+128, 0:+64])
 //       t5 = MMA(t_q, t_k^T)
-//       t7_x = mask(0.125 * t5, -inf)
+//       t7_x = mask(t5, -inf)
 //       t7_mt = Rowmax(t7_x)
-//       t7_mn = max(t7_m, t7_mt)
+//       t7_mn = max(t7_m, (0.125 * t7_mt))
 //       t7_c = exp(t7_m - t7_mn)
 //       t8 = t8 * t7_c
 //       t9 = t9 * t7_c
 //       t7_m = t7_mn
-//       t7 = exp(t7_x - t7_m)
+//       t7 = exp((0.125 * t7_x) - t7_m)
 //       t8 += Rowsum(t7)
 //       t9 += MMA(t7, t_v)
 //     Store(t9 / t8, o[i0, i1*128:+128, 0:+64])
@@ -122,14 +126,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   float b1[1][8][4];  // t9: 128 x 64
   float b2[1][2];  // t7_m: one per row
   // t_q: smem 128 x 64 f16 at byte 0
-  // t_k: smem 64 x 64 f16 at byte 16384 (double-buffered)
-  // t_v: smem 64 x 64 f16 at byte 32768 (double-buffered)
-  float b6[1][8][4];  // t5: 128 x 64
-  float b7[1][8][4];  // t7_x: 128 x 64
+  // t_k: smem 128 x 64 f16 at byte 16384 (double-buffered)
+  // t_v: smem 128 x 64 f16 at byte 49152 (double-buffered)
+  float b6[1][16][4];  // t5: 128 x 128
+  float b7[1][16][4];  // t7_x: 128 x 128
   float b8[1][2];  // t7_mt: one per row
   float b9[1][2];  // t7_mn: one per row
   float b10[1][2];  // t7_c: one per row
-  float b11[1][8][4];  // t7: 128 x 64
+  float b11[1][16][4];  // t7: 128 x 128
   // t_o_stage: smem 128 x 64 f16 at byte 0
   // t8 = ...
   #pragma unroll
@@ -173,80 +177,76 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   // t_q = Load(q)
   {
     const long long tb = ((128LL * i1) * 64LL + (1LL * i0) * e_s * 64LL + (0LL));
+    const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+    const auto* src_t = p0 + (tb + (long long)r0 * (64LL) + (long long)c);
     #pragma unroll
     for (int it_ = 0; it_ < 4; ++it_) {
-      const int ci = threadIdx.x + it_ * 256;
-      const int r = ci / 8, c = (ci % 8) * 8;
+      const int r = r0 + it_ * 32;
       const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i1)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-      const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 64LL + 0 * e_s * 64LL + (long long)c) : 0LL;
-      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
+      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (64LL) : p0, (int)(nv * 2));
     }
   }
   cleave::cp_async_commit();
   cleave::cp_async_wait<0>();
   __syncthreads();
-  // for j0 in range(0, l, 64)
+  // for j0 in range(0, l, 128)
   {
-    const long long n_j0 = cleave_ceil_div(e_l, 64LL);
+    const long long n_j0 = cleave_ceil_div(e_l, 128LL);
     __syncthreads();
     {
       const long long j0 = 0;
       // t_k = Load(k)
       {
-        const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
         #pragma unroll
-        for (int it_ = 0; it_ < 2; ++it_) {
-          const int ci = threadIdx.x + it_ * 256;
-          const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 16384 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+        for (int it_ = 0; it_ < 4; ++it_) {
+          const int r = r0 + it_ * 32;
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_l - (128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 16384 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (64LL) : p1, (int)(nv * 2));
         }
       }
       // t_v = Load(v)
       {
-        const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
         #pragma unroll
-        for (int it_ = 0; it_ < 2; ++it_) {
-          const int ci = threadIdx.x + it_ * 256;
-          const int r = ci / 8, c = (ci % 8) * 8;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 32768 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+        for (int it_ = 0; it_ < 4; ++it_) {
+          const int r = r0 + it_ * 32;
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_l - (128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 49152 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (64LL) : p2, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
     long long j0 = 0;
-    for (; j0 < n_j0; ++j0) {
-      if (!(64 <= cleave_room(e_l - (64LL * j0)))) break;  // a ragged tile: the masked loop below
-      if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+    const auto whole_ = [&](long long j0) { return 128 <= cleave_room(e_l - (128LL * j0)); };
+    for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
+      const long long next = j0 + 1;
+      {
+        const long long j0 = next;
+        // t_k = Load(k)
         {
-          const long long j0 = next;
-          // t_k = Load(k)
-          {
-            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 16384 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
-            }
+          const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+          #pragma unroll
+          for (int it_ = 0; it_ < 4; ++it_) {
+            const int r = r0 + it_ * 32;
+            cleave::cp_async_16((smem + 16384 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 32) * (64LL), (int)(8 * 2));
           }
-          // t_v = Load(v)
-          {
-            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
-            }
+        }
+        // t_v = Load(v)
+        {
+          const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+          #pragma unroll
+          for (int it_ = 0; it_ < 4; ++it_) {
+            const int r = r0 + it_ * 32;
+            cleave::cp_async_16((smem + 49152 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 32) * (64LL), (int)(8 * 2));
           }
         }
       }
@@ -258,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -270,17 +270,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 8; nj += 2) {
+          for (int nj = 0; nj < 16; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 8) {
+              if (nj + 1 < 16) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -296,12 +296,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = ((true) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = ((true) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t7_mt = row max
@@ -313,10 +313,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -332,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+        b9[mi][h] = fmaxf(b2[mi][h], (0.125f * b8[mi][h]));
       }
       // t7_c = ...
       #pragma unroll
@@ -391,12 +391,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+          b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
       }
       // t8 (+)= row sum
@@ -408,20 +408,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t9 += MMA, k = 64
+      // t9 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -436,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 49152 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -458,26 +458,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
           const long long j0 = next;
           // t_k = Load(k)
           {
-            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
             #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 16384 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+            for (int it_ = 0; it_ < 4; ++it_) {
+              const int r = r0 + it_ * 32;
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_l - (128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 16384 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (64LL) : p1, (int)(nv * 2));
             }
           }
           // t_v = Load(v)
           {
-            const long long tb = ((64LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
+            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
             #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 8, c = (ci % 8) * 8;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(e_l - (64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 64LL + 0 * e_l * 64LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), p2 + gi, (int)(nv * 2));
+            for (int it_ = 0; it_ < 4; ++it_) {
+              const int r = r0 + it_ * 32;
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_l - (128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 49152 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (64LL) : p2, (int)(nv * 2));
             }
           }
         }
@@ -490,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -502,17 +502,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 8; nj += 2) {
+          for (int nj = 0; nj < 16; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = wn * 8 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 16384 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 8) {
+              if (nj + 1 < 16) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -528,12 +528,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = (((col < cleave_room(e_l - (64LL * j0)))) ? (0.125f * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(e_l - (128LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t7_mt = row max
@@ -545,10 +545,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -564,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b9[mi][h] = fmaxf(b2[mi][h], b8[mi][h]);
+        b9[mi][h] = fmaxf(b2[mi][h], (0.125f * b8[mi][h]));
       }
       // t7_c = ...
       #pragma unroll
@@ -623,12 +623,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
+          b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
       }
       // t8 (+)= row sum
@@ -640,20 +640,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 16; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
           (void)col;
-          if ((col < cleave_room(e_l - (64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if ((col < cleave_room(e_l - (128LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t9 += MMA, k = 64
+      // t9 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -668,7 +668,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 49152 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};

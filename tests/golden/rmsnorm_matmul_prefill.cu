@@ -45,6 +45,10 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
+__device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
+  return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
+}
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
   return (a + b - 1) / b;
@@ -74,7 +78,7 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s/128), i1 < ceil(n/256):  # 256 threads, 128 rows, 98304 B smem
+//   parfor i0 < ceil(s/128), i1 < ceil(n/256):  # 256 threads, 128 rows, 100352 B smem
 //     t4 = 0.0
 //     t5 = 0.0
 //     for j0 in range(0, k, 64):
@@ -97,40 +101,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp, wn = 0;
+  const int wm = warp % 2, wn = warp / 2;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
   const long long i1 = bid % cleave_ceil_div(6144LL, 256LL); bid /= cleave_ceil_div(6144LL, 256LL);
   const long long i0 = bid % cleave_ceil_div(e_s, 128LL); bid /= cleave_ceil_div(e_s, 128LL);
   (void)bid;
-  float b0[1][32][4];  // t4: 128 x 256
-  float b1[1][2];  // t5: one per row
+  float cross[4][2];
+  float b0[4][8][4];  // t4: 128 x 256
+  float b1[4][2];  // t5: one per row
   // t_x: smem 128 x 64 f16 at byte 0 (double-buffered)
   // t_w: smem 64 x 256 f16 at byte 32768 (double-buffered)
   // t_y_stage: smem 128 x 256 f16 at byte 0
   // t4 = ...
   #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
+  for (int mi = 0; mi < 4; ++mi)
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    const int row = (wm * 4 + mi) * 16 + g + 8 * h;
     (void)row;
     #pragma unroll
-    for (int ni = 0; ni < 32; ++ni)
+    for (int ni = 0; ni < 8; ++ni)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = (wn * 32 + ni) * 8 + 2 * t + e;
+      const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
       b0[mi][ni][2 * h + e] = 0.0f;
     }
   }
   // t5 = ...
   #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
+  for (int mi = 0; mi < 4; ++mi)
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    const int row = (wm * 4 + mi) * 16 + g + 8 * h;
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e; (void)col;
@@ -139,36 +144,133 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   // for j0 in range(0, k, 64)
   {
     const long long n_j0 = cleave_ceil_div(4096LL, 64LL);
+    // t5: per-thread partials until the loop ends
+    if (wn != 0 || t != 0) {
+      #pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 4 + mi) * 16 + g + 8 * h;
+        (void)row;
+        b1[mi][h] = 0.0f;
+      }
+    }
     __syncthreads();
     {
       const long long j0 = 0;
       // t_x = Load(x)
       {
         const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
         #pragma unroll
         for (int it_ = 0; it_ < 4; ++it_) {
-          const int ci = threadIdx.x + it_ * 256;
-          const int r = ci / 8, c = (ci % 8) * 8;
+          const int r = r0 + it_ * 32;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 4096LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
+          cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
         }
       }
       // t_w = Load(w)
       {
         const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+        const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
+        const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
         #pragma unroll
         for (int it_ = 0; it_ < 8; ++it_) {
-          const int ci = threadIdx.x + it_ * 256;
-          const int r = ci / 32, c = (ci % 32) * 8;
-          const long long nv = ((r < 64)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 6144LL + (long long)c) : 0LL;
-          cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off<512, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+          const int r = r0 + it_ * 8;
+          cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
         }
       }
     }
     cleave::cp_async_commit();
     long long j0 = 0;
+    for (; j0 + 1 < n_j0; ++j0) {
+      const long long next = j0 + 1;
+      {
+        const long long j0 = next;
+        // t_x = Load(x)
+        {
+          const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
+          #pragma unroll
+          for (int it_ = 0; it_ < 4; ++it_) {
+            const int r = r0 + it_ * 32;
+            const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
+          }
+        }
+        // t_w = Load(w)
+        {
+          const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+          const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
+          const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
+          #pragma unroll
+          for (int it_ = 0; it_ < 8; ++it_) {
+            const int r = r0 + it_ * 8;
+            cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
+          }
+        }
+      }
+      cleave::cp_async_commit();
+      cleave::cp_async_wait<1>();
+      __syncthreads();
+      // t4 += MMA, k = 64
+      {
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[4][4];
+          #pragma unroll
+          for (int mi = 0; mi < 4; ++mi) {
+            const int r = (wm * 4 + mi) * 16 + (lane & 15);
+            cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
+          }
+          #pragma unroll
+          for (int nj = 0; nj < 8; nj += 2) {
+            uint32_t bq[4];
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
+            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
+            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off_split<512, 2, 1>(br, bc, kk * 16, 0)));
+            #pragma unroll
+            for (int mi = 0; mi < 4; ++mi) {
+              const uint32_t bf0[2] = {bq[0], bq[1]};
+              cleave::mma_m16n8k16(b0[mi][nj], a[mi], bf0, b0[mi][nj]);
+              if (nj + 1 < 8) {
+                const uint32_t bf1[2] = {bq[2], bq[3]};
+                cleave::mma_m16n8k16(b0[mi][nj + 1], a[mi], bf1, b0[mi][nj + 1]);
+              }
+            }
+          }
+        }
+      }
+      // t5 (+)= row sum
+      #pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 4 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 1; ++q) {
+          const int c0 = wn * 16 + (q * 4 + t) * 4;
+          const cleave::words2 raw = cleave::ld_shared<cleave::words2>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, c0)));
+          const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
+          float x_[4];
+          #pragma unroll
+          for (int i = 0; i < 2; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = c0 + e;
+            (void)col;
+            if (true) part = cleave_add(part, cleave_sq(x_[e]));
+          }
+        }
+        b1[mi][h] = cleave_add(b1[mi][h], part);
+      }
+      __syncthreads();  // the next prefetch overwrites this iteration's tiles
+    }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
         const long long next = j0 + 1;
@@ -177,25 +279,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           // t_x = Load(x)
           {
             const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
             #pragma unroll
             for (int it_ = 0; it_ < 4; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 8, c = (ci % 8) * 8;
+              const int r = r0 + it_ * 32;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 128) * 4096LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), p0 + gi, (int)(nv * 2));
+              cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
             }
           }
           // t_w = Load(w)
           {
             const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+            const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
+            const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
             #pragma unroll
             for (int it_ = 0; it_ < 8; ++it_) {
-              const int ci = threadIdx.x + it_ * 256;
-              const int r = ci / 32, c = (ci % 32) * 8;
-              const long long nv = ((r < 64)) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              const long long gi = nv > 0 ? tb + (((r / 1) % 64) * 6144LL + (long long)c) : 0LL;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), p1 + gi, (int)(nv * 2));
+              const int r = r0 + it_ * 8;
+              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
             }
           }
         }
@@ -207,24 +308,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       {
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          uint32_t a[1][4];
+          uint32_t a[4][4];
           #pragma unroll
-          for (int mi = 0; mi < 1; ++mi) {
-            const int r = (wm * 1 + mi) * 16 + (lane & 15);
+          for (int mi = 0; mi < 4; ++mi) {
+            const int r = (wm * 4 + mi) * 16 + (lane & 15);
             cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 32; nj += 2) {
+          for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 32 ? lane : (lane & 15);
+            const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (wn * 32 + nj) * 8 + ((ll >> 4) << 3);
+            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
             cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off_split<512, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
-            for (int mi = 0; mi < 1; ++mi) {
+            for (int mi = 0; mi < 4; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b0[mi][nj], a[mi], bf0, b0[mi][nj]);
-              if (nj + 1 < 32) {
+              if (nj + 1 < 8) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b0[mi][nj + 1], a[mi], bf1, b0[mi][nj + 1]);
               }
@@ -234,32 +335,72 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       }
       // t5 (+)= row sum
       #pragma unroll
-      for (int mi = 0; mi < 1; ++mi)
+      for (int mi = 0; mi < 4; ++mi)
       #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        const int row = (wm * 4 + mi) * 16 + g + 8 * h;
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
-          (void)col;
-          if (true) part = cleave_add(part, cleave_sq(cleave::to_float(cleave::ld_shared<cleave::half>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, col))))));
+        for (int q = 0; q < 1; ++q) {
+          const int c0 = wn * 16 + (q * 4 + t) * 4;
+          const cleave::words2 raw = cleave::ld_shared<cleave::words2>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, c0)));
+          const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
+          float x_[4];
+          #pragma unroll
+          for (int i = 0; i < 2; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = c0 + e;
+            (void)col;
+            if (true) part = cleave_add(part, cleave_sq(x_[e]));
+          }
         }
-        part = cleave::quad_sum(part);
         b1[mi][h] = cleave_add(b1[mi][h], part);
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
+    // t5: the threads' partials, added up
+    #pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = (wm * 4 + mi) * 16 + g + 8 * h;
+      (void)row;
+      b1[mi][h] = cleave::quad_sum(b1[mi][h]);
+    }
+    {
+      unsigned char* scratch = smem + 98304;
+      if (t == 0) {
+        #pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = (wm * 4 + mi) * 16 + g + 8 * h;
+          (void)row;
+          cleave::st_shared<float>(scratch + 4 * (wn * 128 + row), b1[mi][h]);
+        }
+      }
+      __syncthreads();
+      #pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 4 + mi) * 16 + g + 8 * h;
+        (void)row;
+        float part = 0.0f;
+        for (int w = 0; w < 4; ++w) part = cleave_add(part, cleave::ld_shared<float>(scratch + 4 * (w * 128 + row)));
+        b1[mi][h] = part;
+      }
+      __syncthreads();
+    }
   }
   // t5 = ...
   #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
+  for (int mi = 0; mi < 4; ++mi)
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    const int row = (wm * 4 + mi) * 16 + g + 8 * h;
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e; (void)col;
@@ -268,16 +409,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   // Store(y) through t_y_stage (16-byte rows)
   __syncthreads();  // the staging space may hold tiles other warps still read
   #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
+  for (int mi = 0; mi < 4; ++mi)
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    const int row = (wm * 4 + mi) * 16 + g + 8 * h;
     (void)row;
     #pragma unroll
-    for (int ni = 0; ni < 32; ++ni)
+    for (int ni = 0; ni < 8; ++ni)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = (wn * 32 + ni) * 8 + 2 * t + e;
+      const int col = (wn * 8 + ni) * 8 + 2 * t + e;
       (void)col;
       cleave::st_shared<cleave::half>(((smem + 0) + cleave_off<512, 2, 1>(row, col)), cleave::from_float<cleave::half>((b0[mi][ni][2 * h + e] * rsqrtf((1e-5f + b1[mi][h])))));
     }

@@ -227,6 +227,15 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
 
 namespace cleave {
 
+// Runs of 16-bit elements that one shared-memory load reads (8 or 16 bytes, aligned as such),
+// as words of two elements each.
+struct alignas(8) words2 {
+  uint32_t w[2];
+};
+struct alignas(16) words4 {
+  uint32_t w[4];
+};
+
 // Physical 16-byte chunk for logical `chunk` of `row` in a shared-memory tile whose rows are
 // 128 bytes or wider (a multiple of 128). The 8 rows that one ldmatrix phase reads at the same
 // logical chunk then land in 8 different 16-byte bank groups.

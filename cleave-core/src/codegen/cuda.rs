@@ -18,7 +18,9 @@ use std::fmt::Write;
 use super::ident;
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
-use crate::plan::program::{Buf, BufId, BufKind, Expr, MmaA, Param, ParamId, ShowKernel, Src, Stmt, TileKernel};
+use crate::plan::program::{
+    deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, TileKernel,
+};
 use crate::plan::{Kernel, Launch};
 
 /// Emits one translation unit holding every kernel of a launch.
@@ -90,6 +92,10 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 }
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
+}
+// exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
+__device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
+  return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
 }
 
 __device__ __forceinline__ long long cleave_ceil_div(long long a, long long b) {
@@ -170,6 +176,11 @@ struct Gen<'a> {
     full: Vec<(Limit, u64)>,
     /// The column extent the innermost open element loop covers (1 for row values).
     col_ext: u64,
+    /// Row sums whose column warps keep partials through the enclosing loops
+    /// ([`deferred_row_sums`]).
+    deferred: Vec<BufId>,
+    /// A tile whose element at the current `(row, col)` is already in a register, by name.
+    tile_value: Option<(BufId, String)>,
 }
 
 /// Per-buffer swizzle facts.
@@ -238,16 +249,20 @@ impl Gen<'_> {
     /// local index lies in `0..ext`, and a limit the enclosing full-tile path proved for at
     /// least that extent is left out.
     fn limits_ok(&self, limits: &[Limit], local: &str, ext: Option<u64>) -> String {
-        let proven = |l: &Limit| ext.is_some_and(|e| self.full.iter().any(|(f, fe)| f == l && *fe >= e));
         let conds: Vec<String> = limits
             .iter()
-            .filter(|l| !proven(l))
+            .filter(|l| !ext.is_some_and(|e| self.proven(l, e)))
             .map(|l| format!("({local} < cleave_room({} - {}))", self.dim(l.bound), self.affine(&l.base)))
             .collect();
         if conds.is_empty() {
             return "true".into();
         }
         conds.join(" && ")
+    }
+
+    /// Whether the enclosing full-tile path proved `l` for local indices `0..ext`.
+    fn proven(&self, l: &Limit, ext: u64) -> bool {
+        self.full.iter().any(|(f, fe)| f == l && *fe >= ext)
     }
 
     /// The column extent of the element loops over a `cols`-column value: whole fragment
@@ -385,6 +400,9 @@ impl Gen<'_> {
                 BufKind::Rows => format!("{}[mi][h]", self.buf_name(*b)),
                 _ => format!("{}[mi][ni][2 * h + e]", self.buf_name(*b)),
             },
+            Expr::Src(Src::Tile(b)) if self.tile_value.as_ref().is_some_and(|(t, _)| t == b) => {
+                self.tile_value.as_ref().map(|(_, v)| v.clone()).unwrap_or_default()
+            }
             Expr::Src(Src::Tile(b)) => {
                 let buf = self.k.buf(*b);
                 let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
@@ -432,7 +450,16 @@ impl Gen<'_> {
                     (_, None) => format!("fmaxf({x}, {y})"),
                 }
             }
-            Expr::ExpDiff(a, b) => format!("cleave_exp_diff({}, {})", self.expr(a), self.expr(b)),
+            // exp(c·x - b) as exp2(x · c·log2(e) - b·log2(e)): the scale costs nothing.
+            Expr::ExpDiff(a, b) => match a.positive_scale() {
+                Some((c, x)) => format!(
+                    "cleave_exp_diff_scaled({}, {}, {})",
+                    self.expr(x),
+                    flit(c * std::f64::consts::LOG2_E),
+                    self.expr(b)
+                ),
+                None => format!("cleave_exp_diff({}, {})", self.expr(a), self.expr(b)),
+            },
             Expr::MaskCols(a, limits, fill) => {
                 format!(
                     "(({}) ? {} : {})",
@@ -524,6 +551,31 @@ impl Gen<'_> {
                 self.line("__syncthreads();");
                 continue;
             }
+            // Consecutive products of one left operand share its fragment loads.
+            if let Stmt::Mma { a, k, b, .. } = body[i] {
+                let a_buf = match a {
+                    MmaA::Smem { buf, .. } | MmaA::Frag(buf) => buf,
+                };
+                let b_type = |b: BufId| match self.k.buf(b).kind {
+                    BufKind::Smem { dtype, .. } => Some(dtype),
+                    _ => None,
+                };
+                let mut group = Vec::new();
+                while let Some(&Stmt::Mma { acc, a: a2, b: b2, k: k2, accumulate }) = body.get(i) {
+                    let fits = a2 == a
+                        && k2 == k
+                        && b_type(b2.buf) == b_type(b.buf)
+                        && acc != a_buf
+                        && group.iter().all(|&(g, _, _)| g != acc);
+                    if !fits {
+                        break;
+                    }
+                    group.push((acc, b2, accumulate));
+                    i += 1;
+                }
+                self.mma(a, k, &group);
+                continue;
+            }
             self.stmt(&body[i]);
             i += 1;
         }
@@ -552,7 +604,7 @@ impl Gen<'_> {
                 self.close();
             }
             Stmt::RowReduce { dst, op, expr, cols, mask, acc } => self.row_reduce(*dst, *op, expr, *cols, mask, *acc),
-            Stmt::Mma { acc, a, b, k, accumulate } => self.mma(*acc, *a, *b, *k, *accumulate),
+            Stmt::Mma { .. } => unreachable!("products are grouped by stmts()"),
             Stmt::Store { param, expr, cols, tmap, staging } => match staging {
                 Some(st) => self.staged_store(*param, expr, *cols, tmap, *st),
                 None => self.store(*param, expr, *cols, tmap),
@@ -573,17 +625,66 @@ impl Gen<'_> {
             if acc { "(+)" } else { "" },
             if op == ReduceOp::Max { "max" } else { "sum" }
         ));
+        // A deferred sum adds to this column of warps' partial; the loop combines them after.
+        let deferred = self.deferred.contains(&dst);
         self.open_rows();
         self.line(&format!("float part = {init};"));
-        self.open_cols(cols);
-        let cond = self.limits_ok(mask, "col", Some(self.col_ext));
-        let v = self.expr(expr);
-        // Padding columns exist only when the warps' fragments overhang the tile.
-        let inside = if self.col_ext > cols { format!("col < {cols} && ") } else { String::new() };
-        self.line(&format!("if ({inside}{cond}) part = {combine}(part, {v});"));
-        self.close();
-        self.line(&format!("part = {quad}(part);"));
-        if self.k.warps.n > 1 {
+        match self.vector_reduce(expr, cols) {
+            // A reduction of one 16-bit tile: each lane reads whole runs of its row with one
+            // shared-memory load (the row's partial is any split of its columns over the quad
+            // and the column warps, so the lanes need not hold the fragment layout's columns).
+            Some((buf, width)) => {
+                let words = width / 2;
+                let BufKind::Smem { dtype, .. } = self.k.buf(buf).kind else { unreachable!("a tile") };
+                let unpack = if dtype == DType::BF16 { "cleave::unpack_bf162" } else { "cleave::unpack_half2" };
+                let vt = match words {
+                    4 => "cleave::words4",
+                    2 => "cleave::words2",
+                    _ => "uint32_t",
+                };
+                let share = cols / u64::from(self.k.warps.n);
+                let runs = share / (4 * width);
+                self.line("#pragma unroll");
+                self.line(&format!("for (int q = 0; q < {runs}; ++q) {{"));
+                self.depth += 1;
+                self.line(&format!("const int c0 = wn * {share} + (q * 4 + t) * {width};"));
+                let ptr = self.tile_ptr(buf, "row", "c0");
+                self.line(&format!("const {vt} raw = cleave::ld_shared<{vt}>({ptr});"));
+                self.line("const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);");
+                self.line(&format!("float x_[{width}];"));
+                self.line("#pragma unroll");
+                self.line(&format!(
+                    "for (int i = 0; i < {words}; ++i) {{ const float2 f = {unpack}(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }}"
+                ));
+                self.line("#pragma unroll");
+                self.line(&format!("for (int e = 0; e < {width}; ++e) {{"));
+                self.depth += 1;
+                self.line("const int col = c0 + e;");
+                self.line("(void)col;");
+                let saved = (self.col_ext, self.tile_value.take());
+                self.col_ext = cols;
+                self.tile_value = Some((buf, "x_[e]".into()));
+                let cond = self.limits_ok(mask, "col", Some(cols));
+                let v = self.expr(expr);
+                (self.col_ext, self.tile_value) = saved;
+                self.line(&format!("if ({cond}) part = {combine}(part, {v});"));
+                self.close();
+                self.close();
+            }
+            None => {
+                self.open_cols(cols);
+                let cond = self.limits_ok(mask, "col", Some(self.col_ext));
+                let v = self.expr(expr);
+                // Padding columns exist only when the warps' fragments overhang the tile.
+                let inside = if self.col_ext > cols { format!("col < {cols} && ") } else { String::new() };
+                self.line(&format!("if ({inside}{cond}) part = {combine}(part, {v});"));
+                self.close();
+            }
+        }
+        if !deferred {
+            self.line(&format!("part = {quad}(part);"));
+        }
+        if self.k.warps.n > 1 && !deferred {
             self.line("cross[mi][h] = part;");
         } else if acc {
             self.line(&format!("{d}[mi][h] = {combine}({d}[mi][h], part);"));
@@ -591,35 +692,72 @@ impl Gen<'_> {
             self.line(&format!("{d}[mi][h] = part;"));
         }
         self.close();
-        if self.k.warps.n > 1 {
-            // Column warps exchange their partial rows through shared memory.
-            let rows = self.k.rows;
-            self.line("{");
-            self.depth += 1;
-            self.line(&format!("unsigned char* scratch = smem + {};", self.scratch_offset()));
-            self.line("if (t == 0) {");
-            self.depth += 1;
-            self.open_rows();
-            self.line(&format!("cleave::st_shared<float>(scratch + 4 * (wn * {rows} + row), cross[mi][h]);"));
-            self.close();
-            self.depth -= 1;
-            self.line("}");
-            self.line("__syncthreads();");
-            self.open_rows();
-            self.line(&format!("float part = {init};"));
-            self.line(&format!(
-                "for (int w = 0; w < {}; ++w) part = {combine}(part, cleave::ld_shared<float>(scratch + 4 * (w * {rows} + row)));",
-                self.k.warps.n
-            ));
-            if acc {
-                self.line(&format!("{d}[mi][h] = {combine}({d}[mi][h], part);"));
-            } else {
-                self.line(&format!("{d}[mi][h] = part;"));
-            }
-            self.close();
-            self.line("__syncthreads();");
-            self.close();
+        if self.k.warps.n > 1 && !deferred {
+            let target = if acc { Some(d.as_str()) } else { None };
+            self.exchange_rows("cross", &d, init, combine, target);
         }
+    }
+
+    /// The tile and run length (elements per lane and load) of a row reduction that reads
+    /// nothing but one 16-bit tile, whose rows cover every fragment row and whose columns
+    /// split evenly into runs of 8, 4 or 2 over the column warps and the quad.
+    fn vector_reduce(&self, expr: &Expr, cols: u64) -> Option<(BufId, u64)> {
+        fn leaves(e: &Expr, out: &mut Vec<Src>) {
+            match e {
+                Expr::Src(s) => out.push(s.clone()),
+                Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => leaves(a, out),
+                Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
+                    leaves(a, out);
+                    leaves(b, out);
+                }
+            }
+        }
+        let mut srcs = Vec::new();
+        leaves(expr, &mut srcs);
+        let mut tiles = srcs.iter().filter_map(|s| match s {
+            Src::Tile(b) => Some(*b),
+            _ => None,
+        });
+        let buf = tiles.next()?;
+        if tiles.any(|b| b != buf) || srcs.iter().any(|s| matches!(s, Src::Reg(_))) {
+            return None;
+        }
+        let BufKind::Smem { dtype, rows, cols: tile_cols } = self.k.buf(buf).kind else { return None };
+        if dtype.size() != 2 || tile_cols != cols || rows < self.row_span() || (cols * 2) % 16 != 0 {
+            return None;
+        }
+        let lanes = 4 * u64::from(self.k.warps.n);
+        [8, 4, 2].into_iter().find(|w| cols % (lanes * w) == 0).map(|w| (buf, w))
+    }
+
+    /// Column warps combine their partial rows (`from[mi][h]`) through shared memory into
+    /// `dst`, folding in `dst`'s old value first when `fold` names it.
+    fn exchange_rows(&mut self, from: &str, dst: &str, init: &str, combine: &str, fold: Option<&str>) {
+        let rows = self.k.rows;
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("unsigned char* scratch = smem + {};", self.scratch_offset()));
+        self.line("if (t == 0) {");
+        self.depth += 1;
+        self.open_rows();
+        self.line(&format!("cleave::st_shared<float>(scratch + 4 * (wn * {rows} + row), {from}[mi][h]);"));
+        self.close();
+        self.depth -= 1;
+        self.line("}");
+        self.line("__syncthreads();");
+        self.open_rows();
+        self.line(&format!("float part = {init};"));
+        self.line(&format!(
+            "for (int w = 0; w < {}; ++w) part = {combine}(part, cleave::ld_shared<float>(scratch + 4 * (w * {rows} + row)));",
+            self.k.warps.n
+        ));
+        match fold {
+            Some(old) => self.line(&format!("{dst}[mi][h] = {combine}({old}[mi][h], part);")),
+            None => self.line(&format!("{dst}[mi][h] = part;")),
+        }
+        self.close();
+        self.line("__syncthreads();");
+        self.close();
     }
 
     fn scratch_offset(&self) -> u64 {
@@ -627,26 +765,33 @@ impl Gen<'_> {
         self.k.smem_bytes - rows * u64::from(self.k.warps.n) * 4
     }
 
-    fn mma(&mut self, acc: BufId, a: MmaA, b: crate::plan::program::MmaB, k: u64, accumulate: bool) {
+    /// Products sharing a left operand and depth (`group`: accumulator, right operand, whether
+    /// it adds to the old value), in one loop over the depth: each 16-deep slice of A is loaded
+    /// once for all of them, which is what makes two GEMMs of one input (SwiGLU's gate and up)
+    /// cost the fragment loads of one A.
+    fn mma(&mut self, a: MmaA, k: u64, group: &[(BufId, MmaB, bool)]) {
         let mt = self.k.warps.m_tiles;
-        let cols = self.cols_of(acc);
-        let nt = self.frag_tiles(cols);
-        let BufKind::Smem { dtype: bt, .. } = self.k.buf(b.buf).kind else { unreachable!("B is staged") };
+        let BufKind::Smem { dtype: bt, .. } = self.k.buf(group[0].1.buf).kind else { unreachable!("B is staged") };
         let (mma_fn, pack) = match bt {
             DType::BF16 => ("cleave::mma_m16n8k16_bf16", "cleave::pack_bf162"),
             _ => ("cleave::mma_m16n8k16", "cleave::pack_half2"),
         };
-        let c = self.buf_name(acc);
-        self.line(&format!("// {} {}= MMA, k = {k}", self.k.buf(acc).name, if accumulate { "+" } else { "" }));
+        for &(acc, _, accumulate) in group {
+            self.line(&format!("// {} {}= MMA, k = {k}", self.k.buf(acc).name, if accumulate { "+" } else { "" }));
+        }
         self.line("{");
         self.depth += 1;
-        if !accumulate {
-            self.line("#pragma unroll");
-            self.line(&format!("for (int mi = 0; mi < {mt}; ++mi)"));
-            self.line("#pragma unroll");
-            self.line(&format!("for (int ni = 0; ni < {nt}; ++ni)"));
-            self.line("#pragma unroll");
-            self.line(&format!("for (int r = 0; r < 4; ++r) {c}[mi][ni][r] = 0.0f;"));
+        for &(acc, _, accumulate) in group {
+            if !accumulate {
+                let nt = self.frag_tiles(self.cols_of(acc));
+                let c = self.buf_name(acc);
+                self.line("#pragma unroll");
+                self.line(&format!("for (int mi = 0; mi < {mt}; ++mi)"));
+                self.line("#pragma unroll");
+                self.line(&format!("for (int ni = 0; ni < {nt}; ++ni)"));
+                self.line("#pragma unroll");
+                self.line(&format!("for (int r = 0; r < 4; ++r) {c}[mi][ni][r] = 0.0f;"));
+            }
         }
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; ++kk) {{", k / 16));
@@ -685,41 +830,45 @@ impl Gen<'_> {
             }
         }
         self.close();
-        self.line("#pragma unroll");
-        self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
-        self.depth += 1;
-        self.line("uint32_t bq[4];");
-        // With an odd tile count the last pair has one tile: an x2 load, whose upper lanes
-        // only mirror the lower ones.
-        self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
-        // The per-thread part of each address, and the part the unrolled kk and nj add.
-        let (p, f) = if b.n_major {
-            self.line(&format!("const int br = wn * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
-            self.line("const int bc = ((ll >> 3) & 1) * 8;");
-            (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", "kk * 16"), "cleave::ldmatrix_x4")
-        } else {
-            self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
-            self.line(&format!("const int bc = (wn * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
-            (self.tile_ptr_split(b.buf, "br", "bc", "kk * 16", "0"), "cleave::ldmatrix_x4_trans")
-        };
-        if nt % 2 == 1 {
-            let f2 = f.replace("x4", "x2");
-            self.line(&format!("if (nj + 1 < {nt}) {{ {f}(bq, {p}); }} else {{ uint32_t b2[2]; {f2}(b2, {p}); bq[0] = b2[0]; bq[1] = b2[1]; bq[2] = 0u; bq[3] = 0u; }}"));
-        } else {
-            self.line(&format!("{f}(bq, {p});"));
+        for &(acc, b, _) in group {
+            let nt = self.frag_tiles(self.cols_of(acc));
+            let c = self.buf_name(acc);
+            self.line("#pragma unroll");
+            self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
+            self.depth += 1;
+            self.line("uint32_t bq[4];");
+            // With an odd tile count the last pair has one tile: an x2 load, whose upper lanes
+            // only mirror the lower ones.
+            self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
+            // The per-thread part of each address, and the part the unrolled kk and nj add.
+            let (p, f) = if b.n_major {
+                self.line(&format!("const int br = wn * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
+                self.line("const int bc = ((ll >> 3) & 1) * 8;");
+                (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", "kk * 16"), "cleave::ldmatrix_x4")
+            } else {
+                self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
+                self.line(&format!("const int bc = (wn * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
+                (self.tile_ptr_split(b.buf, "br", "bc", "kk * 16", "0"), "cleave::ldmatrix_x4_trans")
+            };
+            if nt % 2 == 1 {
+                let f2 = f.replace("x4", "x2");
+                self.line(&format!("if (nj + 1 < {nt}) {{ {f}(bq, {p}); }} else {{ uint32_t b2[2]; {f2}(b2, {p}); bq[0] = b2[0]; bq[1] = b2[1]; bq[2] = 0u; bq[3] = 0u; }}"));
+            } else {
+                self.line(&format!("{f}(bq, {p});"));
+            }
+            self.line("#pragma unroll");
+            self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
+            self.depth += 1;
+            self.line("const uint32_t bf0[2] = {bq[0], bq[1]};");
+            self.line(&format!("{mma_fn}({c}[mi][nj], a[mi], bf0, {c}[mi][nj]);"));
+            self.line(&format!("if (nj + 1 < {nt}) {{"));
+            self.depth += 1;
+            self.line("const uint32_t bf1[2] = {bq[2], bq[3]};");
+            self.line(&format!("{mma_fn}({c}[mi][nj + 1], a[mi], bf1, {c}[mi][nj + 1]);"));
+            self.close();
+            self.close();
+            self.close();
         }
-        self.line("#pragma unroll");
-        self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
-        self.depth += 1;
-        self.line("const uint32_t bf0[2] = {bq[0], bq[1]};");
-        self.line(&format!("{mma_fn}({c}[mi][nj], a[mi], bf0, {c}[mi][nj]);"));
-        self.line(&format!("if (nj + 1 < {nt}) {{"));
-        self.depth += 1;
-        self.line("const uint32_t bf1[2] = {bq[2], bq[3]};");
-        self.line(&format!("{mma_fn}({c}[mi][nj + 1], a[mi], bf1, {c}[mi][nj + 1]);"));
-        self.close();
-        self.close();
-        self.close();
         self.close();
         self.close();
     }
@@ -758,7 +907,10 @@ impl Gen<'_> {
             let local = if ax.extent == 1 { "0".to_string() } else { format!("(({row_var} / {div}) % {})", ax.extent) };
             div *= ax.extent;
             if !ax.limits.is_empty() {
-                ok.push(self.limits_ok(&ax.limits, &local, None));
+                let cond = self.limits_ok(&ax.limits, &local, Some(ax.extent));
+                if cond != "true" {
+                    ok.push(cond);
+                }
             }
             base.push(format!("{} * {}", self.affine(&ax.offset), stride(a)));
             local_idx.push(format!("{local} * {}", stride(a)));
@@ -766,13 +918,29 @@ impl Gen<'_> {
         let mut col_ok = "true".to_string();
         if let Some(last) = tm.axes.last() {
             if !last.limits.is_empty() {
-                col_ok = self.limits_ok(&last.limits, col_var, None);
+                col_ok = self.limits_ok(&last.limits, col_var, Some(last.extent));
             }
             base.push(self.affine(&last.offset));
             local_idx.push(format!("(long long){col_var}"));
         }
         let join = |v: Vec<String>| if v.is_empty() { "0LL".to_string() } else { format!("({})", v.join(" + ")) };
         (join(base), join(local_idx), ok.join(" && "), col_ok)
+    }
+
+    /// The element stride between a tile's consecutive rows, when its local index is linear
+    /// in the row (at most one row axis spans more than one index).
+    fn row_stride(&self, p: &Param, tm: &TMap) -> Option<String> {
+        let n = tm.axes.len();
+        let wide: Vec<usize> = (0..n.saturating_sub(1)).filter(|&a| tm.axes[a].extent > 1).collect();
+        match wide.as_slice() {
+            [] => Some("0LL".into()),
+            [a] => {
+                let parts: Vec<String> =
+                    p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect();
+                Some(if parts.is_empty() { "1LL".into() } else { format!("({})", parts.join(" * ")) })
+            }
+            _ => None,
+        }
     }
 
     /// Issues the loads of one tile. `at` substitutes an iterator value (prefetching the next
@@ -800,21 +968,65 @@ impl Gen<'_> {
         let src = format!("p{}", param.0);
         if vector {
             let cpr = cols / epc;
-            self.line(&format!("const long long tb = {tile_base};"));
-            self.strided("ci", rows * cpr, u64::from(threads));
-            self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
             let last = tm.axes.last().expect("a tile has axes");
             let mut valid = format!("{epc}LL");
-            for l in &last.limits {
+            for l in last.limits.iter().filter(|l| !self.proven(l, last.extent)) {
                 valid = format!("cleave_min_ll({valid}, {} - ({} + c))", self.dim(l.bound), self.affine(&l.base));
             }
+            let masked = row_ok != format!("(r < {rows})") || valid != format!("{epc}LL");
             // Rows outside the tensor copy nothing; a ragged last chunk copies its valid part.
-            self.line(&format!("const long long nv = ({row_ok}) ? cleave_max_ll(0LL, {valid}) : 0LL;"));
-            self.line(&format!("const long long gi = nv > 0 ? tb + {local} : 0LL;"));
-            self.line(&format!(
-                "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {src} + gi, (int)(nv * {}));",
-                g.row_bytes, g.size, g.mode, g.size
-            ));
+            // The source must stay inside the tensor even then, so a masked copy points such
+            // chunks at the tensor's start.
+            let nv = if masked { "nv".to_string() } else { format!("{epc}") };
+            let nv_line = format!("const long long nv = ({row_ok}) ? cleave_max_ll(0LL, {valid}) : 0LL;");
+            self.line(&format!("const long long tb = {tile_base};"));
+            match self.row_stride(&p, tm).filter(|_| u64::from(threads) % cpr == 0) {
+                // A thread's chunks lie in one column, `threads / cpr` rows apart: the thread
+                // computes its source pointer once and each trip adds a stride (a constant
+                // when the tensor's rows are, so the copies take immediate offsets).
+                Some(stride) => {
+                    let step = u64::from(threads) / cpr;
+                    let trips = (rows * cpr).div_ceil(u64::from(threads));
+                    self.line(&format!("const int r0 = threadIdx.x / {cpr}, c = (threadIdx.x % {cpr}) * {epc};"));
+                    self.line(&format!("const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c);"));
+                    // As in `strided`, long copies unroll only partly, to bound code size and
+                    // the registers their hoisted addresses would hold.
+                    if trips <= 16 {
+                        self.line("#pragma unroll");
+                    }
+                    self.line(&format!("for (int it_ = 0; it_ < {trips}; ++it_) {{"));
+                    self.depth += 1;
+                    self.line(&format!("const int r = r0 + it_ * {step};"));
+                    if (rows * cpr) % u64::from(threads) != 0 {
+                        self.line(&format!("if (r >= {rows}) break;"));
+                    }
+                    let at = format!("src_t + (long long)(it_ * {step}) * {stride}");
+                    let from = if masked {
+                        self.line(&nv_line);
+                        format!("nv > 0 ? {at} : {src}")
+                    } else {
+                        at
+                    };
+                    self.line(&format!(
+                        "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
+                        g.row_bytes, g.size, g.mode, g.size
+                    ));
+                }
+                None => {
+                    self.strided("ci", rows * cpr, u64::from(threads));
+                    self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
+                    let gi = if masked {
+                        self.line(&nv_line);
+                        format!("nv > 0 ? tb + {local} : 0LL")
+                    } else {
+                        format!("tb + {local}")
+                    };
+                    self.line(&format!(
+                        "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {src} + ({gi}), (int)({nv} * {}));",
+                        g.row_bytes, g.size, g.mode, g.size
+                    ));
+                }
+            }
             self.close();
         } else {
             self.strided("ei", rows * cols, u64::from(threads));
@@ -920,6 +1132,22 @@ impl Gen<'_> {
         self.line("{");
         self.depth += 1;
         self.line(&format!("const long long n_{it} = {trips};"));
+        // Sums the loop only accumulates: every thread keeps a partial of its own columns
+        // (the first lane of the first column warp starts from the value so far, the others
+        // from zero), added up across the quad and the column warps once, after the loop.
+        let deferred: Vec<BufId> = deferred_row_sums(body);
+        for &b in &deferred {
+            let d = self.buf_name(b);
+            self.line(&format!("// {}: per-thread partials until the loop ends", self.k.buf(b).name));
+            self.line("if (wn != 0 || t != 0) {");
+            self.depth += 1;
+            self.open_rows();
+            self.line(&format!("{d}[mi][h] = 0.0f;"));
+            self.close();
+            self.close();
+        }
+        let saved_deferred = self.deferred.len();
+        self.deferred.extend(deferred.iter().copied());
         if !loads.is_empty() {
             self.line("__syncthreads();");
             self.line("{");
@@ -938,34 +1166,61 @@ impl Gen<'_> {
         let masks: Vec<(Limit, u64)> =
             self.column_masks(&rest).into_iter().filter(|(l, _)| !self.full.iter().any(|(f, _)| f == l)).collect();
         self.line(&format!("long long {it} = 0;"));
-        if !masks.is_empty() {
-            let cond: Vec<String> = masks
-                .iter()
-                .map(|(l, e)| format!("{e} <= cleave_room({} - {})", self.dim(l.bound), self.affine(&l.base)))
-                .collect();
+        // The steady state runs in a loop of its own: every iteration but the last, while the
+        // tiles are whole. Its prefetch needs no guard (a next tile exists) and, with the next
+        // tile whole too, no masks. The loop after it runs what is left (the last iteration
+        // and any ragged tile) with both.
+        let cond: Vec<String> = masks
+            .iter()
+            .map(|(l, e)| format!("{e} <= cleave_room({} - {})", self.dim(l.bound), self.affine(&l.base)))
+            .collect();
+        let cond = cond.join(" && ");
+        if !loads.is_empty() {
+            let mut test = format!("{it} + 1 < n_{it}");
+            if !masks.is_empty() {
+                self.line(&format!("const auto whole_ = [&](long long {it}) {{ return {cond}; }};"));
+                test = format!("{test} && whole_({it}) && whole_({it} + 1)");
+            }
+            self.line(&format!("for (; {test}; ++{it}) {{"));
+        } else if !masks.is_empty() {
             self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
+            self.line(&format!("  if (!({cond})) break;  // a ragged tile: the masked loop below"));
+        }
+        if !loads.is_empty() || !masks.is_empty() {
             self.depth += 1;
-            self.line(&format!("if (!({})) break;  // a ragged tile: the masked loop below", cond.join(" && ")));
             let saved = self.full.len();
             self.full.extend(masks.iter().cloned());
-            self.loop_iteration(iter, &loads, &rest);
+            self.loop_iteration(iter, &loads, &rest, false);
             self.full.truncate(saved);
             self.close();
         }
         self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
         self.depth += 1;
-        self.loop_iteration(iter, &loads, &rest);
+        self.loop_iteration(iter, &loads, &rest, true);
         self.close();
+        self.deferred.truncate(saved_deferred);
+        for &b in &deferred {
+            let d = self.buf_name(b);
+            self.line(&format!("// {}: the threads' partials, added up", self.k.buf(b).name));
+            self.open_rows();
+            self.line(&format!("{d}[mi][h] = cleave::quad_sum({d}[mi][h]);"));
+            self.close();
+            if self.k.warps.n > 1 {
+                self.exchange_rows(&d, &d, "0.0f", "cleave_add", None);
+            }
+        }
         self.close();
     }
 
-    /// One iteration of a pipelined loop: the prefetch of the next iteration's tiles, the wait
-    /// for this one's, and the body.
-    fn loop_iteration(&mut self, iter: IterId, loads: &[(BufId, ParamId, TMap)], rest: &[Stmt]) {
+    /// One iteration of a pipelined loop: the prefetch of the next iteration's tiles (if there
+    /// is one, when `guarded`), the wait for this one's, and the body.
+    fn loop_iteration(&mut self, iter: IterId, loads: &[(BufId, ParamId, TMap)], rest: &[Stmt], guarded: bool) {
         let it = self.iter(iter);
         if !loads.is_empty() {
-            self.line(&format!("if ({it} + 1 < n_{it}) {{"));
-            self.depth += 1;
+            if guarded {
+                self.line(&format!("if ({it} + 1 < n_{it}) {{"));
+                self.depth += 1;
+            }
             self.line(&format!("const long long next = {it} + 1;"));
             self.line("{");
             self.depth += 1;
@@ -974,7 +1229,9 @@ impl Gen<'_> {
                 self.load(*d, *p, tm, Some(&format!("{it} & 1")));
             }
             self.close();
-            self.close();
+            if guarded {
+                self.close();
+            }
             self.line("cleave::cp_async_commit();");
             self.line("cleave::cp_async_wait<1>();");
             self.line("__syncthreads();");
@@ -1001,6 +1258,8 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         depth: 0,
         staged: Vec::new(),
         full: Vec::new(),
+        deferred: Vec::new(),
+        tile_value: None,
         col_ext: 1,
     };
     let threads = k.warps.threads();

@@ -101,7 +101,16 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
     // Rows and columns the warps' fragments cover, padding included.
     let frag_rows = 16 * u64::from(w.m_tiles) * u64::from(w.m);
     let frag_cols = |cols: u64| cols.div_ceil(8 * u64::from(w.n)) * 8 * u64::from(w.n);
+    // The left operand and depth of the statement before, when it is a product: the code
+    // generator loads a left operand once for consecutive products of it.
+    let mut prev: Option<(MmaA, u64)> = None;
     for s in body {
+        let this = match s {
+            Stmt::Mma { a, k: kk, .. } => Some((*a, *kk)),
+            _ => None,
+        };
+        let shares_a = this.is_some() && this == prev;
+        prev = this;
         match s {
             Stmt::Load { param, tmap, .. } => {
                 let p = &k.params[param.0 as usize];
@@ -127,8 +136,8 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                 // warps the B columns of its column: 16-bit operands, `kk` deep.
                 let b_bytes = 2 * kk * frag_cols(cols) * u64::from(w.m);
                 let a_bytes = match a {
-                    MmaA::Smem { .. } => 2 * kk * frag_rows * u64::from(w.n),
-                    MmaA::Frag(_) => 0,
+                    MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows * u64::from(w.n),
+                    _ => 0,
                 };
                 t.smem += times * (a_bytes + b_bytes);
             }

@@ -109,6 +109,16 @@ impl Expr {
         Expr::Src(Src::Const(c))
     }
 
+    /// `(c, x)` when this is `c · x` or `x · c` for a finite constant `c > 0`: a scale that
+    /// commutes with a maximum and folds into an exponent's multiply-add.
+    pub fn positive_scale(&self) -> Option<(f64, &Expr)> {
+        let Expr::Binary(BinaryOp::Mul, a, b) = self else { return None };
+        match (a.as_ref(), b.as_ref()) {
+            (Expr::Src(Src::Const(c)), x) | (x, Expr::Src(Src::Const(c))) if c.is_finite() && *c > 0.0 => Some((*c, x)),
+            _ => None,
+        }
+    }
+
     /// A leaf reading a register buffer.
     pub fn reg(b: BufId) -> Expr {
         Expr::Src(Src::Reg(b))
@@ -154,6 +164,52 @@ pub struct MmaB {
     pub buf: BufId,
     /// Stored `n × k` (each row is one output column): the transposed view of an input.
     pub n_major: bool,
+}
+
+/// The row sums a loop body only accumulates (`dst += Rowsum(..)` at its top level, `dst`
+/// neither read nor written anywhere else in it). With warps across columns, each column of
+/// warps may keep its own partial of such a sum for the whole loop and combine once after it,
+/// instead of exchanging partials through shared memory, with a barrier, every iteration.
+pub fn deferred_row_sums(loop_body: &[Stmt]) -> Vec<BufId> {
+    fn uses(body: &[Stmt], out: &mut Vec<BufId>) {
+        for s in body {
+            match s {
+                Stmt::Load { dst, .. } => out.push(*dst),
+                Stmt::Assign { dst, expr } | Stmt::RowReduce { dst, expr, .. } => {
+                    out.push(*dst);
+                    expr.bufs(out);
+                }
+                Stmt::Mma { acc, a, b, .. } => {
+                    out.push(*acc);
+                    out.push(match a {
+                        MmaA::Smem { buf, .. } | MmaA::Frag(buf) => *buf,
+                    });
+                    out.push(b.buf);
+                }
+                Stmt::Store { expr, staging, .. } => {
+                    expr.bufs(out);
+                    out.extend(*staging);
+                }
+                Stmt::Loop { body, .. } => uses(body, out),
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for (i, s) in loop_body.iter().enumerate() {
+        let Stmt::RowReduce { dst, op: ReduceOp::Sum, expr, acc: true, .. } = s else { continue };
+        let mut own = Vec::new();
+        expr.bufs(&mut own);
+        if own.contains(dst) {
+            continue;
+        }
+        let mut others = Vec::new();
+        uses(&loop_body[..i], &mut others);
+        uses(&loop_body[i + 1..], &mut others);
+        if !others.contains(dst) {
+            found.push(*dst);
+        }
+    }
+    found
 }
 
 /// One statement.

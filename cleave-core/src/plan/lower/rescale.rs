@@ -48,6 +48,18 @@ impl Lowerer<'_> {
         }
         let cols = tm.axes.last().map_or(1, |a| a.extent);
         let limits = tm.axes.last().map(|a| a.limits.clone()).unwrap_or_default();
+        // A positive constant scale (softmax's `scores · sm_scale`) is kept out of the masked
+        // tile: the row max is taken unscaled and scaled once per row (rounding is monotone,
+        // so `fl(c · max x) = max fl(c · x)` exactly), and the exponent applies it, which
+        // code generation folds into its one multiply-add per element.
+        let (scale, x) = match x.positive_scale() {
+            Some((c, inner)) => (Some(c), inner.clone()),
+            None => (None, x),
+        };
+        let scaled = |e: Expr| match scale {
+            Some(c) => Expr::bin(BinaryOp::Mul, Expr::constant(c), e),
+            None => e,
+        };
         let x = if limits.is_empty() { x } else { Expr::MaskCols(Box::new(x), limits, f64::NEG_INFINITY) };
         let xb = self.materialize(format!("t{}_x", id.0), x, cols, body);
         let m_tile = self.buf(format!("t{}_mt", id.0), BufKind::Rows);
@@ -59,8 +71,8 @@ impl Lowerer<'_> {
             mask: Vec::new(),
             acc: false,
         });
-        let m = self.update_max(id, Expr::reg(m_tile), st, body);
-        let e = Expr::ExpDiff(Box::new(Expr::reg(xb)), Box::new(Expr::reg(m)));
+        let m = self.update_max(id, scaled(Expr::reg(m_tile)), st, body);
+        let e = Expr::ExpDiff(Box::new(scaled(Expr::reg(xb))), Box::new(Expr::reg(m)));
         Ok(Value::Reg { expr: e, cols, scale: Some(Scale { m, degree: 1 }) })
     }
 

@@ -2,7 +2,7 @@
 //! each shared-memory tile lives.
 
 use super::Lowerer;
-use crate::plan::program::{Buf, BufId, BufKind, MmaA, Stmt, Warps};
+use crate::plan::program::{deferred_row_sums, Buf, BufId, BufKind, MmaA, Stmt, Warps};
 use crate::schedule::config::TileConfig;
 
 impl Lowerer<'_> {
@@ -48,7 +48,8 @@ impl Lowerer<'_> {
         // A row reduction inside a loop would combine across the row's warps on every
         // iteration (a shared-memory exchange and a barrier each); measured on the SASS, that
         // costs more issue than the fragment loads save, so such blocks keep their rows in one
-        // warp.
+        // warp, unless the loop only accumulates the sum (RMSNorm's sum of squares), which
+        // column warps combine once after the loop.
         if !products.is_empty() && !reduces_in_loop(body, false) {
             let threads = m0 * n0;
             for m in (1..=tiles16.min(threads)).rev().filter(|m| tiles16 % m == 0 && threads % m == 0) {
@@ -90,32 +91,84 @@ impl Lowerer<'_> {
                 BufKind::Smem { .. } => 0,
             })
             .collect();
+        // An elementwise assignment writes its result into the registers of an operand that
+        // dies there (`t7 = exp(t7_x - m)` reuses `t7_x`'s), so at that statement the dying
+        // operand and the result are not both live.
+        let mut reused = vec![0u64; clock + 1];
+        in_place(body, &self.bufs, &last, &cost, &mut 0, &mut reused);
         let peak = (0..=clock)
-            .map(|t| (0..self.bufs.len()).filter(|&i| first[i] <= t && t <= last[i]).map(|i| cost[i]).sum::<u64>())
+            .map(|t| {
+                (0..self.bufs.len()).filter(|&i| first[i] <= t && t <= last[i]).map(|i| cost[i]).sum::<u64>()
+                    - reused[t]
+            })
             .max()
             .unwrap_or(0);
         peak + 32
     }
 }
 
+/// For every elementwise assignment into a register tile, on the clock of [`lifetimes`], the
+/// registers its result takes over from a same-shaped operand whose last use it is (at most
+/// the result's own f32 registers).
+fn in_place(body: &[Stmt], bufs: &[Buf], last: &[usize], cost: &[u64], clock: &mut usize, reused: &mut [u64]) {
+    for s in body {
+        *clock += 1;
+        let t = *clock;
+        match s {
+            Stmt::Assign { dst, expr } => {
+                let BufKind::Frag { cols } = bufs[dst.0 as usize].kind else { continue };
+                let mut srcs = Vec::new();
+                expr.bufs(&mut srcs);
+                srcs.sort_unstable();
+                srcs.dedup();
+                let f32s = |b: BufId| match bufs[b.0 as usize].kind {
+                    BufKind::Frag { cols: c } if c == cols => Some(cost[b.0 as usize]),
+                    _ => None,
+                };
+                let own = f32s(*dst).unwrap_or(0);
+                let dying = srcs
+                    .iter()
+                    .filter(|&&b| b != *dst && last[b.0 as usize] == t)
+                    .filter_map(|&b| f32s(b))
+                    .max()
+                    .unwrap_or(0);
+                reused[t] += dying.min(own);
+            }
+            Stmt::Loop { body, .. } => in_place(body, bufs, last, cost, clock, reused),
+            _ => {}
+        }
+    }
+}
+
 /// Columns of every tile a program stores, loops included.
 /// Whether a row reduction runs inside a loop of `body` (`inside`: `body` is a loop's).
+/// Row sums the loop only accumulates do not count: column warps combine those once, after
+/// the loop ([`deferred_row_sums`]).
 fn reduces_in_loop(body: &[Stmt], inside: bool) -> bool {
+    let deferred = if inside { deferred_row_sums(body) } else { Vec::new() };
     body.iter().any(|s| match s {
-        Stmt::RowReduce { .. } => inside,
+        Stmt::RowReduce { dst, .. } => inside && !deferred.contains(dst),
         Stmt::Loop { body, .. } => reduces_in_loop(body, true),
         _ => false,
     })
 }
 
-/// The column count of every product's accumulator, and whether its left operand comes from
-/// shared memory (a register operand needs no loads).
+/// The column count of every product's accumulator, and whether its left operand is loaded
+/// from shared memory for it: not when it is a register operand, nor when the product follows
+/// one of the same left operand and depth (code generation loads it once for both).
 fn mma_shapes(body: &[Stmt], bufs: &[Buf], out: &mut Vec<(u64, bool)>) {
+    let mut prev: Option<(MmaA, u64)> = None;
     for s in body {
+        let this = match s {
+            Stmt::Mma { a, k, .. } => Some((*a, *k)),
+            _ => None,
+        };
+        let shared = this.is_some() && this == prev;
+        prev = this;
         match s {
             Stmt::Mma { acc, a, .. } => {
                 if let BufKind::Frag { cols } = bufs[acc.0 as usize].kind {
-                    out.push((cols, matches!(a, MmaA::Smem { .. })));
+                    out.push((cols, matches!(a, MmaA::Smem { .. }) && !shared));
                 }
             }
             Stmt::Loop { body, .. } => mma_shapes(body, bufs, out),
