@@ -77,15 +77,43 @@ fn good_files_pass() {
 fn usage_errors_exit_1_and_missing_files_are_user_errors() {
     let (code, _, stderr) = cleave(&["check"]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("missing FILE"), "{stderr}");
+    assert!(stderr.contains("required arguments were not provided") && stderr.contains("<FILE>"), "{stderr}");
     let (code, _, stderr) = cleave(&["check", "/nonexistent/kernels.yaml"]);
     assert_eq!(code, 1);
     assert!(stderr.starts_with("/nonexistent/kernels.yaml: cannot read:"), "{stderr}");
     let (code, _, stderr) = cleave(&["frobnicate", "x"]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("unknown command `frobnicate`"));
+    assert!(stderr.contains("unrecognized subcommand 'frobnicate'"), "{stderr}");
     let kernels = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml");
     let (code, _, stderr) = cleave(&["explain", kernels, "--kernel", "nope"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("no kernel named `nope`"), "{stderr}");
+}
+
+/// The command line follows the conventions: `--help` for the program and each subcommand and
+/// `--version` succeed on stdout, an unknown option is a user error that names the closest
+/// known one, and a command run in a pipe writes nothing to stderr (no progress drawing).
+#[test]
+fn help_version_suggestions_and_quiet_pipes() {
+    let (code, stdout, _) = cleave(&["--help"]);
+    assert_eq!(code, 0);
+    for sub in ["check", "search", "schedule", "emit", "explain", "run"] {
+        assert!(stdout.contains(sub), "{sub} missing from:\n{stdout}");
+        let (code, help, err) = cleave(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub}: {err}");
+        assert!(help.contains("Usage: cleave") && help.contains("<FILE>"), "{sub}: {help}");
+    }
+    let (_, help, _) = cleave(&["run", "--help"]);
+    assert!(help.contains("--dims") && help.contains("--checks"), "{help}");
+    let (code, stdout, _) = cleave(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.trim(), format!("cleave {}", env!("CARGO_PKG_VERSION")));
+    let kernels = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml");
+    let (code, _, stderr) = cleave(&["schedule", kernels, "--kernal", "matmul_prefill"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--kernal") && stderr.contains("--kernel"), "{stderr}");
+    let (code, stdout, stderr) = cleave(&["schedule", kernels, "--kernel", "matmul_prefill"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("chosen program"), "{stdout}");
+    assert!(stderr.is_empty(), "stderr of a piped run: {stderr:?}");
 }

@@ -2,7 +2,7 @@
 
 use cleave_core::pipeline::{compile, Compiled, Options};
 
-use super::{kernel, load, Opts, UserError};
+use super::{kernel, load, with_progress, Opts, UserError};
 
 /// Loads the file, finds the kernel and runs the pipeline on it.
 pub(crate) fn compile_kernel(o: &Opts) -> Result<Compiled, UserError> {
@@ -18,10 +18,12 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     if o.switch("no-split") {
         opts.search.split = false;
     }
-    let c = compile(graph, &opts).map_err(|e| {
-        UserError(
-            cleave_core::front::Diagnostic::new(decl.name_pos, format!("kernel `{}`: {e}", graph.name)).render(&o.file),
-        )
-    })?;
+    let c = with_progress(format!("compiling `{}`: search and schedule", graph.name), || compile(graph, &opts))
+        .map_err(|e| {
+            UserError(
+                cleave_core::front::Diagnostic::new(decl.name_pos, format!("kernel `{}`: {e}", graph.name))
+                    .render(&o.file),
+            )
+        })?;
     Ok((decl, c))
 }

@@ -7,7 +7,7 @@ use cleave_core::superopt::explain_text;
 use cleave_core::symbolic::{eventually_reduced, symbolize};
 
 use super::schedule::{programs, table};
-use super::{kernel, load, Opts, UserError};
+use super::{kernel, load, with_progress, Opts, UserError};
 
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let module = load(&o.file)?;
@@ -72,7 +72,7 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     if o.switch("no-split") {
         opts.search.split = false;
     }
-    match compile(graph, &opts) {
+    match with_progress(format!("compiling `{}`: search and schedule", graph.name), || compile(graph, &opts)) {
         Ok(c) => {
             match &c.search {
                 Ok(search) => {

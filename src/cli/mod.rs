@@ -8,76 +8,103 @@ mod schedule;
 mod search;
 
 use std::path::Path;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use cleave_core::front::{check_source, Module};
 
-const USAGE: &str = "\
-usage: cleave <command> FILE [options]
-
-commands:
-  check FILE                              parse and validate a declaration file
-  search FILE --kernel NAME [--json]      run the algebraic phase: equivalent graphs
-  schedule FILE --kernel NAME [--json] [--rank N]
-                                          run the scheduling phase: candidates, best first,
-                                          and the program of the chosen one (or of rank N)
-  emit FILE --kernel NAME --target cuda|tilelang|rust --out DIR
-                                          write the generated sources
-  explain FILE --kernel NAME              every stage, readable: graphs, cost table, program
-  run FILE --kernel NAME --backend emulate [--dims s=256,l=512] [--seed N] [--scale X,q=Y]
-      [--source DIR] [--checks all|none|races,bounds] [--schedule random|round-robin|run-ahead]
-                                          run the generated CUDA (or DIR/NAME.cu from `emit`)
-                                          on the host emulator, checking for races, hazards and
-                                          out-of-bounds accesses, against the f64 reference;
-                                          prints max_rel_err=<x> last
-
-options:
-  --no-split                              search without Split-K
-";
+/// The command line: every subcommand with its options, `--help` for each and `--version`.
+/// Parsing errors (an unknown option, with the closest known one suggested; a missing value or
+/// argument) are user errors, exit code 1.
+fn command() -> Command {
+    let file = || Arg::new("file").value_name("FILE").required(true).help("the declaration file (kernels.yaml)");
+    let kernel = || Arg::new("kernel").long("kernel").value_name("NAME").required(true).help("the kernel to compile");
+    let json = || Arg::new("json").long("json").action(ArgAction::SetTrue).help("machine-readable output (JSON)");
+    let no_split = || Arg::new("no-split").long("no-split").action(ArgAction::SetTrue).help("search without Split-K");
+    let value = |name: &'static str, value_name: &'static str, help: &'static str| {
+        Arg::new(name).long(name).value_name(value_name).help(help)
+    };
+    Command::new("cleave")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Ahead-of-time fused-kernel compiler: search, schedule, generate and emulate kernels")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(Command::new("check").about("Parse and validate a declaration file").arg(file()))
+        .subcommand(
+            Command::new("search")
+                .about("Run the algebraic phase: the graphs equivalent to a kernel")
+                .args([file(), kernel(), json(), no_split()])
+                .arg(value("max-ops", "N", "the largest graph the search builds, in ops"))
+                .arg(value("max-states", "N", "stop after exploring this many states"))
+                .arg(value("time-limit", "SECONDS", "stop after this much time")),
+        )
+        .subcommand(
+            Command::new("schedule")
+                .about("Run the scheduling phase: the candidates, best first, and the chosen program")
+                .args([file(), kernel(), json(), no_split()])
+                .arg(value("rank", "N", "print the program of the candidate of this rank instead")),
+        )
+        .subcommand(
+            Command::new("emit")
+                .about("Write the generated sources of one kernel")
+                .args([file(), kernel(), no_split()])
+                .arg(value("target", "cuda|tilelang|rust", "what to generate").required(true))
+                .arg(value("out", "DIR", "the directory to write to").required(true)),
+        )
+        .subcommand(Command::new("explain").about("Every stage, readable: graphs, cost table, program").args([
+            file(),
+            kernel(),
+            no_split(),
+        ]))
+        .subcommand(
+            Command::new("run")
+                .about("Run a kernel's generated CUDA on the host emulator against the f64 reference")
+                .long_about(
+                    "Run the generated CUDA (or DIR/NAME.cu from `emit`) on the host emulator, checking for \
+                     races, hazards and out-of-bounds accesses, against the f64 reference; prints \
+                     max_rel_err=<x> last",
+                )
+                .args([file(), kernel(), no_split()])
+                .arg(value("backend", "emulate", "where to run (the host emulator)"))
+                .arg(value("dims", "NAME=N,...", "extents of dynamic dims, e.g. s=256,l=512"))
+                .arg(value("seed", "N", "the seed of the random inputs"))
+                .arg(value("scale", "X[,INPUT=Y...]", "the inputs' magnitude, overall and per input"))
+                .arg(value("source", "DIR", "run DIR/NAME.cu (as written by `emit`, perhaps edited)"))
+                .arg(value("checks", "all|none|races,bounds,...", "the emulator's checks"))
+                .arg(value("schedule", "random|round-robin|run-ahead", "the emulator's thread schedule")),
+        )
+}
 
 /// A user-facing failure: printed to stderr, exit code 1.
 pub(crate) struct UserError(pub(crate) String);
 
-/// Parsed `--flag value` options after the positional file.
+/// A subcommand's options, as the commands read them: the positional file, then each option
+/// given (a switch has no value).
 pub(crate) struct Opts {
     pub(crate) file: String,
     pairs: Vec<(String, Option<String>)>,
 }
 
 impl Opts {
-    fn parse(args: &[String], flags_with_values: &[&str], switches: &[&str]) -> Result<Opts, UserError> {
-        let mut file = None;
+    fn from_matches(m: &ArgMatches, sub: &Command) -> Opts {
+        let mut file = String::new();
         let mut pairs = Vec::new();
-        let mut i = 0;
-        while i < args.len() {
-            let a = &args[i];
-            if let Some(name) = a.strip_prefix("--") {
-                let (name, inline) = match name.split_once('=') {
-                    Some((n, v)) => (n, Some(v.to_string())),
-                    None => (name, None),
-                };
-                if flags_with_values.contains(&name) {
-                    let v = match inline {
-                        Some(v) => v,
-                        None => {
-                            i += 1;
-                            args.get(i).cloned().ok_or_else(|| UserError(format!("--{name} needs a value")))?
-                        }
-                    };
-                    pairs.push((name.to_string(), Some(v)));
-                } else if switches.contains(&name) && inline.is_none() {
-                    pairs.push((name.to_string(), None));
-                } else {
-                    return Err(UserError(format!("unknown option --{name}\n\n{USAGE}")));
+        for arg in sub.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "file" {
+                file = m.get_one::<String>(id).cloned().unwrap_or_default();
+            } else if matches!(arg.get_action(), ArgAction::SetTrue) {
+                if m.get_flag(id) {
+                    pairs.push((id.to_string(), None));
                 }
-            } else if file.is_none() {
-                file = Some(a.clone());
-            } else {
-                return Err(UserError(format!("unexpected argument `{a}`\n\n{USAGE}")));
+            } else if let Some(v) = m.get_one::<String>(id) {
+                pairs.push((id.to_string(), Some(v.clone())));
             }
-            i += 1;
         }
-        let file = file.ok_or_else(|| UserError(format!("missing FILE\n\n{USAGE}")))?;
-        Ok(Opts { file, pairs })
+        Opts { file, pairs }
     }
 
     pub(crate) fn value(&self, name: &str) -> Option<&str> {
@@ -89,8 +116,22 @@ impl Opts {
     }
 
     pub(crate) fn required(&self, name: &str) -> Result<&str, UserError> {
-        self.value(name).ok_or_else(|| UserError(format!("missing --{name}\n\n{USAGE}")))
+        self.value(name).ok_or_else(|| UserError(format!("missing --{name} (see `cleave help`)")))
     }
+}
+
+/// Shows a spinner on stderr while `work` runs, on a terminal only: indicatif draws nothing
+/// when stderr is a pipe or a file, so scripts, pipes and build scripts stay quiet.
+pub(crate) fn with_progress<T>(message: String, work: impl FnOnce() -> T) -> T {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let out = work();
+    bar.finish_and_clear();
+    out
 }
 
 /// Reads and checks a declaration file; diagnostics become one user error.
@@ -99,30 +140,32 @@ pub(crate) fn load(file: &str) -> Result<Module, UserError> {
     check_source(&bytes).map_err(|diags| UserError(diags.iter().map(|d| d.render(file)).collect::<Vec<_>>().join("\n")))
 }
 
-/// Runs a command line; returns the exit code.
+/// Runs a command line (without the program name); returns the exit code.
 pub(crate) fn run(args: &[String]) -> i32 {
-    let Some((cmd, rest)) = args.split_first() else {
-        eprint!("{USAGE}");
-        return 1;
-    };
-    let result = match cmd.as_str() {
-        "check" => Opts::parse(rest, &[], &[]).and_then(|o| check(&o)),
-        "explain" => Opts::parse(rest, &["kernel"], &["no-split"]).and_then(|o| explain::run(&o)),
-        "search" => Opts::parse(rest, &["kernel", "max-ops", "max-states", "time-limit"], &["json", "no-split"])
-            .and_then(|o| search::run(&o)),
-        "schedule" => Opts::parse(rest, &["kernel", "rank"], &["json", "no-split"]).and_then(|o| schedule::run(&o)),
-        "emit" => Opts::parse(rest, &["kernel", "target", "out"], &["no-split"]).and_then(|o| emit::run(&o)),
-        "run" => Opts::parse(
-            rest,
-            &["kernel", "backend", "dims", "seed", "scale", "source", "checks", "schedule"],
-            &["no-split"],
-        )
-        .and_then(|o| run::run(&o)),
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        other => Err(UserError(format!("unknown command `{other}`\n\n{USAGE}"))),
+    let cmd = command();
+    let matches =
+        match cmd.clone().try_get_matches_from(std::iter::once("cleave".to_string()).chain(args.iter().cloned())) {
+            Ok(m) => m,
+            Err(e) => {
+                // Help and version go to stdout with success; a usage error is the user's.
+                let _ = e.print();
+                return match e.kind() {
+                    ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                    _ => 1,
+                };
+            }
+        };
+    let Some((name, m)) = matches.subcommand() else { return 1 };
+    let Some(sub) = cmd.find_subcommand(name) else { return 1 };
+    let o = Opts::from_matches(m, sub);
+    let result = match name {
+        "check" => check(&o),
+        "explain" => explain::run(&o),
+        "search" => search::run(&o),
+        "schedule" => schedule::run(&o),
+        "emit" => emit::run(&o),
+        "run" => run::run(&o),
+        other => Err(UserError(format!("unknown command `{other}`"))),
     };
     match result {
         Ok(()) => 0,

@@ -13,7 +13,7 @@ use cleave_core::plan::Kernel;
 use cleave_core::reference::{eval_nodes, max_rel_err, random_inputs, tolerance, InputScale};
 
 use super::compile::compile_kernel;
-use super::{Opts, UserError};
+use super::{with_progress, Opts, UserError};
 
 /// Extents for dynamic dims when `--dims` does not name them: small, odd, not a multiple of
 /// any tile size.
@@ -95,7 +95,7 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     lb.complete(launch.dims());
     let plan = plan_data(launch, &g.name).map_err(|e| UserError(format!("{}: {e}", g.name)))?;
     let lib = match o.value("source") {
-        None => emulate::compile(launch, &plan),
+        None => with_progress(format!("building the emulation of `{}`", g.name), || emulate::compile(launch, &plan)),
         Some(dir) => {
             let path = std::path::Path::new(dir).join(format!("{}.cu", g.name));
             let source = std::fs::read_to_string(&path)

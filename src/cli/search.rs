@@ -9,7 +9,7 @@ use std::time::Duration;
 use cleave_core::graph::ValidGraph;
 use cleave_core::superopt::{search as run_search, summary_text, to_json, SearchOptions, SearchResult};
 
-use super::{kernel, load, Opts, UserError};
+use super::{kernel, load, with_progress, Opts, UserError};
 
 /// Reads the search options from the command line.
 fn options(o: &Opts) -> Result<SearchOptions, UserError> {
@@ -36,7 +36,8 @@ fn options(o: &Opts) -> Result<SearchOptions, UserError> {
 
 /// Runs the search on one kernel; search errors are user errors (they name the op).
 pub(crate) fn search_kernel(graph: &ValidGraph, opts: &SearchOptions) -> Result<SearchResult, UserError> {
-    run_search(graph, opts).map_err(|e| UserError(format!("{}: {e}", graph.name)))
+    with_progress(format!("searching `{}`", graph.name), || run_search(graph, opts))
+        .map_err(|e| UserError(format!("{}: {e}", graph.name)))
 }
 
 /// `cleave search`.
