@@ -22,16 +22,17 @@ pub struct HostLibrary {
 
 /// The directory for cached builds: `CLEAVE_CACHE_DIR`, else the user cache, else a temp dir.
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CLEAVE_CACHE_DIR") {
-        return PathBuf::from(d);
+    cache_dir_from(std::env::var_os("CLEAVE_CACHE_DIR").filter(|v| !v.is_empty()))
+}
+
+/// The cache directory given an explicit choice (`CLEAVE_CACHE_DIR`'s value): that, else
+/// `cleave` in the platform's user cache directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux),
+/// else a temp dir. The command line and the build script both use this one rule.
+pub fn cache_dir_from(explicit: Option<std::ffi::OsString>) -> PathBuf {
+    match explicit {
+        Some(d) => PathBuf::from(d),
+        None => dirs::cache_dir().map_or_else(|| std::env::temp_dir().join("cleave-cache"), |d| d.join("cleave")),
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("cleave");
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        return PathBuf::from(h).join(".cache").join("cleave");
-    }
-    std::env::temp_dir().join("cleave-cache")
 }
 
 fn cxx() -> String {
@@ -324,5 +325,24 @@ impl HostLibrary {
             .zip(&out_bytes)
             .map(|(o, b)| Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &b.bytes()) })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cache_dir_from;
+    use std::path::PathBuf;
+
+    /// An explicit directory is used as given; otherwise the cache is `cleave` inside the
+    /// platform's user cache directory (or a temp directory where there is none).
+    #[test]
+    fn the_cache_directory_rule() {
+        assert_eq!(cache_dir_from(Some("/some/where".into())), PathBuf::from("/some/where"));
+        let default = cache_dir_from(None);
+        match dirs::cache_dir() {
+            Some(user) => assert_eq!(default, user.join("cleave")),
+            None => assert_eq!(default, std::env::temp_dir().join("cleave-cache")),
+        }
+        assert!(default.is_absolute(), "{}", default.display());
     }
 }

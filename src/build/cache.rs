@@ -20,20 +20,19 @@ use super::env::Env;
 /// The layout version: bumped when the format of an entry changes.
 const LAYOUT: &str = "v1";
 
-/// The cache root: the builder's setting, else `CLEAVE_CACHE_DIR`, else the user cache
-/// (`$XDG_CACHE_HOME/cleave`, `$HOME/.cache/cleave`), else the temp dir — the same places the
-/// command line uses.
+/// The cache root: the builder's setting, else the command line's rule
+/// ([`crate::emulate::cache_dir_from`]: `CLEAVE_CACHE_DIR`, else the user cache, else the temp
+/// dir).
 pub(crate) fn root(explicit: Option<&Path>, env: &Env) -> PathBuf {
-    let base = if let Some(dir) = explicit {
-        dir.to_owned()
-    } else if let Some(d) = env.var("CLEAVE_CACHE_DIR") {
-        PathBuf::from(d)
-    } else if let Some(d) = env.var("XDG_CACHE_HOME") {
-        PathBuf::from(d).join("cleave")
-    } else if let Some(h) = env.var("HOME") {
-        PathBuf::from(h).join(".cache").join("cleave")
-    } else {
-        std::env::temp_dir().join("cleave-cache")
+    let base = match explicit {
+        Some(dir) => dir.to_owned(),
+        None => {
+            let chosen = env.var("CLEAVE_CACHE_DIR");
+            // The user cache directory comes from these on Linux.
+            env.record("XDG_CACHE_HOME");
+            env.record("HOME");
+            crate::emulate::cache_dir_from(chosen)
+        }
     };
     base.join("build").join(LAYOUT)
 }

@@ -49,7 +49,8 @@
 //!   never consulted (no `nvidia-smi`).
 //! - `NVCC`, `CUDA_HOME`, `CUDA_PATH`, `CUDA_ROOT`, `CUDA_TOOLKIT_ROOT_DIR`, `PATH`,
 //!   `NVCC_CCBIN`: how nvcc is found (see [`cleave_core::toolchain::discover_with`]).
-//! - `CLEAVE_CACHE_DIR`: the cache (default `$XDG_CACHE_HOME/cleave` or `~/.cache/cleave`).
+//! - `CLEAVE_CACHE_DIR`: the cache (default `cleave` in the user cache directory,
+//!   `$XDG_CACHE_HOME` or `~/.cache` on Linux).
 //! - `CXX`, `CXXFLAGS` and the other variables of the `cc` crate: the host C++ compiler.
 //!
 //! The script reruns only when a YAML file, a scanned source or one of these variables
