@@ -276,12 +276,26 @@ fn run_nvcc(
     Ok(report)
 }
 
-/// Quotes an argument for a POSIX shell when it contains anything but safe characters.
+/// Quotes an argument for a POSIX shell when it needs it (the command is shown to the user, to
+/// rerun by hand). An argument with a NUL byte cannot be quoted; it is shown as Rust writes it.
 fn shell_quote(arg: &str) -> String {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=,:+[]@%".contains(c);
-    if !arg.is_empty() && arg.chars().all(safe) {
-        arg.to_owned()
-    } else {
-        format!("'{}'", arg.replace('\'', r"'\''"))
+    shlex::try_quote(arg).map_or_else(|_| format!("{arg:?}"), |q| q.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    /// Plain arguments are shown as they are; anything a shell would split or expand is quoted
+    /// so that the shown command reruns as it ran.
+    #[test]
+    fn shown_commands_quote_what_a_shell_would_change() {
+        assert_eq!(shell_quote("-Xptxas"), "-Xptxas");
+        assert_eq!(shell_quote("/tmp/a_b-1.cu"), "/tmp/a_b-1.cu");
+        assert_eq!(shell_quote("my dir/k.cu"), "'my dir/k.cu'");
+        assert_eq!(shell_quote("it's"), r#""it's""#);
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a\0b"), r#""a\0b""#);
     }
 }
