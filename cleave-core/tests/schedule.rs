@@ -274,18 +274,11 @@ fn gemm_blocks_take_the_layout_of_fewest_fragment_loads() {
 #[test]
 fn only_sums_a_loop_merely_accumulates_are_deferred() {
     use cleave_core::plan::launch::Kernel;
-    use cleave_core::plan::program::{deferred_row_sums, Stmt};
+    use cleave_core::plan::program::deferred_row_sums;
     let deferred = |name: &str| -> Vec<String> {
         let c = cleave_core::pipeline::compile(&common::shipped(name), &Default::default()).expect("compiles");
         let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("{name}: a fused kernel is expected") };
-        let body = k
-            .body
-            .iter()
-            .find_map(|s| match s {
-                Stmt::Loop { body, .. } => Some(body),
-                _ => None,
-            })
-            .expect("a loop");
+        let body = loop_body(k);
         deferred_row_sums(body).into_iter().map(|b| k.buf(b).name.clone()).collect()
     };
     assert_eq!(deferred("rmsnorm_matmul_prefill"), ["t5"]);
@@ -319,14 +312,7 @@ fn a_positive_score_scale_moves_into_the_exponent() {
         let g = decl(scale);
         let c = cleave_core::pipeline::compile(&g, &Default::default()).expect("compiles");
         let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("a fused kernel is expected") };
-        let body = k
-            .body
-            .iter()
-            .find_map(|s| match s {
-                Stmt::Loop { body, .. } => Some(body),
-                _ => None,
-            })
-            .expect("a loop");
+        let body = loop_body(k);
         let scores = body
             .iter()
             .find_map(|s| match s {
@@ -360,4 +346,15 @@ fn the_register_estimate_reuses_a_dying_operand() {
     let Kernel::Tile(k) = &c.best().kernels[0] else { panic!("a fused kernel is expected") };
     assert_eq!((k.warps.m, k.warps.m_tiles), (8, 1));
     assert_eq!(c.best().registers, [164]);
+}
+
+/// The body of a tile program's first top-level loop.
+fn loop_body(k: &cleave_core::plan::program::TileKernel) -> &[cleave_core::plan::program::Stmt] {
+    k.body
+        .iter()
+        .find_map(|s| match s {
+            cleave_core::plan::program::Stmt::Loop { body, .. } => Some(body.as_slice()),
+            _ => None,
+        })
+        .expect("a loop")
 }
