@@ -358,3 +358,57 @@ fn loop_body(k: &cleave_core::plan::program::TileKernel) -> &[cleave_core::plan:
         })
         .expect("a loop")
 }
+
+/// The generated steady-state loop of the GEMM-shaped prefill kernels, read from the CUDA
+/// source: it counts in 32 bits; it runs only in blocks whose rows lie inside the tensor (the
+/// row bound is tested once, before it), so its copies carry no masks, which the masked loop
+/// after it still does; a row of more than 128 bytes is copied by eight threads, each with
+/// one pointer and immediate offsets (`cleave_off_moved`); its ldmatrix offsets come from
+/// tables computed before the loop; and RMSNorm's deferred sum of squares accumulates into
+/// the thread's partial directly. The emulator runs these kernels elsewhere; this pins the
+/// shape the instruction counts of bench/RESULTS.md were measured on.
+#[test]
+fn the_gemm_main_loop_is_unmasked_with_tabulated_offsets() {
+    use cleave_core::codegen::cuda::emit_launch;
+    let source = |name: &str| {
+        let c = cleave_core::pipeline::compile(&common::shipped(name), &Default::default()).expect("compiles");
+        emit_launch(c.best(), name)
+    };
+    // The text from the start of the steady-state loop to the start of the masked one, and
+    // from there to the end.
+    let split = |src: &str| -> (String, String) {
+        let start = src.find("for (; j0 + 1 < n_j0 && block_whole_").expect("a steady-state loop behind the row test");
+        let tail = start + src[start..].find("for (; j0 < n_j0; ++j0)").expect("the masked loop");
+        (src[start..tail].to_string(), src[tail..].to_string())
+    };
+    // Per kernel: B's row bytes (256 columns of f16, or SwiGLU's 128 for each of its two
+    // products) and the tables (A's four steps, then a table per B of one entry per pair of
+    // column tiles), eight entries in all, the budget.
+    let cases = [
+        ("matmul_prefill", 512, vec!["int ot0_[4];", "int ot1_[4];"]),
+        ("rmsnorm_matmul_prefill", 512, vec!["int ot0_[4];", "int ot1_[4];"]),
+        ("swiglu_prefill", 256, vec!["int ot0_[4];", "int ot1_[2];", "int ot2_[2];"]),
+    ];
+    for (name, b_row, tables) in cases {
+        let src = source(name);
+        assert!(src.contains("const int n_j0 = (int)"), "{name}: a 32-bit trip count");
+        assert!(
+            src.contains("const bool block_whole_ = 128 <= cleave_room(e_"),
+            "{name}: the block's rows tested once"
+        );
+        let (steady, tail) = split(&src);
+        assert!(!steady.contains("nv > 0"), "{name}: the steady state has masked copies");
+        assert!(tail.contains("nv > 0"), "{name}: the masked loop lost its row masks");
+        let moved = format!("cleave_off_moved<{b_row}, 2, 1>(r0, c0, it_ * 32, gi * 64)");
+        assert!(steady.contains(&moved), "{name}: grouped copies");
+        assert!(steady.contains("ot0_[kk] + mi * 2048"), "{name}: A's offsets from a table");
+        let b_use = format!("ot1_[nj / 2] + kk * {}", 16 * b_row);
+        assert!(steady.contains(&b_use), "{name}: B's offsets from a table");
+        for t in &tables {
+            assert!(src.contains(t), "{name}: {t}");
+        }
+        assert!(!src.contains(&format!("int ot{}_[", tables.len())), "{name}: a table over the budget");
+    }
+    let (steady, _) = split(&source("rmsnorm_matmul_prefill"));
+    assert!(steady.contains("float part = b1[mi][h];"), "the deferred partial takes the terms directly");
+}

@@ -35,6 +35,19 @@ __device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c
   return off;
 }
 
+// cleave_off(r_t + r_k, c_t + c_k) as cleave_off(r_t, c_t) plus a constant, when r_k is a
+// multiple of 8 rows and c_k of 8 chunks: the swizzle only permutes chunks within a group of
+// 8 by the low row bits, so moving by whole groups and whole periods moves the offset by the
+// same bytes. A constant the compiler sees as an add becomes an immediate offset.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_moved(int r_t, int c_t, int r_k, int c_k) {
+  const int off = cleave_off<ROW_BYTES, SIZE, MODE>(r_t, c_t) + r_k * ROW_BYTES + c_k * SIZE;
+#if !defined(__CUDA_ARCH__)
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
 // exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
 // log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
 // The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
@@ -198,10 +211,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   __syncthreads();
   // for j0 in range(0, l/s_l, 128)
   {
-    const long long n_j0 = cleave_ceil_div(cleave_ceil_div(e_l, 4LL), 128LL);
+    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_l, 4LL), 128LL);
     __syncthreads();
     {
-      const long long j0 = 0;
+      const int j0 = 0;
       // t_k = Load(k)
       {
         const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
@@ -226,12 +239,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       }
     }
     cleave::cp_async_commit();
-    long long j0 = 0;
-    const auto whole_ = [&](long long j0) { return 128 <= cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0)) && 128 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)); };
+    int j0 = 0;
+    const auto whole_ = [&](int j0) { return 128 <= cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0)) && 128 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)); };
     for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
-      const long long next = j0 + 1;
+      const int next = j0 + 1;
       {
-        const long long j0 = next;
+        const int j0 = next;
         // t_k = Load(k)
         {
           const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
@@ -456,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+        const int next = j0 + 1;
         {
-          const long long j0 = next;
+          const int j0 = next;
           // t_k = Load(k)
           {
             const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
@@ -835,10 +848,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   }
   // for j0 in range(0, s_l, 1)
   {
-    const long long n_j0 = cleave_ceil_div(4LL, 1LL);
+    const int n_j0 = (int)cleave_ceil_div(4LL, 1LL);
     __syncthreads();
     {
-      const long long j0 = 0;
+      const int j0 = 0;
       // t_ws0 = Load(ws0)
       {
         #pragma unroll
@@ -864,22 +877,27 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
       // t_ws1 = Load(ws1)
       {
         const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
-        const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
-        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
         #pragma unroll
-        for (int it_ = 0; it_ < 2; ++it_) {
-          const int r = r0 + it_ * 8;
-          const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-          cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
         }
       }
     }
     cleave::cp_async_commit();
-    long long j0 = 0;
-    for (; j0 + 1 < n_j0; ++j0) {
-      const long long next = j0 + 1;
+    int j0 = 0;
+    const bool block_whole_ = 16 <= cleave_room(e_b - (16LL * i1));
+    for (; j0 + 1 < n_j0 && block_whole_; ++j0) {
+      const int next = j0 + 1;
       {
-        const long long j0 = next;
+        const int j0 = next;
         // t_ws0 = Load(ws0)
         {
           #pragma unroll
@@ -887,7 +905,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             const int ei = threadIdx.x + it_ * 128;
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
-            const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+            const bool ok = (r < 16) && true;
             cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
@@ -898,20 +916,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             const int ei = threadIdx.x + it_ * 128;
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
-            const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+            const bool ok = (r < 16) && true;
             cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws1 = Load(ws1)
         {
           const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
-          const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
-          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+          const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
           #pragma unroll
-          for (int it_ = 0; it_ < 2; ++it_) {
-            const int r = r0 + it_ * 8;
-            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-            cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
+          for (int it_ = 0; it_ < 1; ++it_) {
+            const int r = r0 + it_ * 16;
+            #pragma unroll
+            for (int gi = 0; gi < 2; ++gi) {
+              const int c = c0 + gi * 32;
+              cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (64LL) + gi * 32, (int)(4 * 4));
+            }
           }
         }
       }
@@ -1009,9 +1030,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+        const int next = j0 + 1;
         {
-          const long long j0 = next;
+          const int j0 = next;
           // t_ws0 = Load(ws0)
           {
             #pragma unroll
@@ -1037,13 +1058,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           // t_ws1 = Load(ws1)
           {
             const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
-            const int r0 = threadIdx.x / 16, c = (threadIdx.x % 16) * 4;
-            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+            const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
             #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
-              const int r = r0 + it_ * 8;
-              const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-              cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 8) * (64LL) : p2, (int)(nv * 4));
+            for (int it_ = 0; it_ < 1; ++it_) {
+              const int r = r0 + it_ * 16;
+              #pragma unroll
+              for (int gi = 0; gi < 2; ++gi) {
+                const int c = c0 + gi * 32;
+                const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+                cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+              }
             }
           }
         }

@@ -35,6 +35,19 @@ __device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c
   return off;
 }
 
+// cleave_off(r_t + r_k, c_t + c_k) as cleave_off(r_t, c_t) plus a constant, when r_k is a
+// multiple of 8 rows and c_k of 8 chunks: the swizzle only permutes chunks within a group of
+// 8 by the low row bits, so moving by whole groups and whole periods moves the offset by the
+// same bytes. A constant the compiler sees as an add becomes an immediate offset.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_moved(int r_t, int c_t, int r_k, int c_k) {
+  const int off = cleave_off<ROW_BYTES, SIZE, MODE>(r_t, c_t) + r_k * ROW_BYTES + c_k * SIZE;
+#if !defined(__CUDA_ARCH__)
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
 // exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
 // log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
 // The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
@@ -191,10 +204,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
   __syncthreads();
   // for j0 in range(0, l, 128)
   {
-    const long long n_j0 = cleave_ceil_div(e_l, 128LL);
+    const int n_j0 = (int)cleave_ceil_div(e_l, 128LL);
     __syncthreads();
     {
-      const long long j0 = 0;
+      const int j0 = 0;
       // t_k = Load(k)
       {
         const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
@@ -221,12 +234,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
       }
     }
     cleave::cp_async_commit();
-    long long j0 = 0;
-    const auto whole_ = [&](long long j0) { return 128 <= cleave_room(e_l - (128LL * j0)); };
+    int j0 = 0;
+    const auto whole_ = [&](int j0) { return 128 <= cleave_room(e_l - (128LL * j0)); };
     for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
-      const long long next = j0 + 1;
+      const int next = j0 + 1;
       {
-        const long long j0 = next;
+        const int j0 = next;
         // t_k = Load(k)
         {
           const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));
@@ -453,9 +466,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_mha_d64_prefill_0(
     }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+        const int next = j0 + 1;
         {
-          const long long j0 = next;
+          const int j0 = next;
           // t_k = Load(k)
           {
             const long long tb = ((128LL * j0) * 64LL + (1LL * i0) * e_l * 64LL + (0LL));

@@ -35,6 +35,19 @@ __device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c
   return off;
 }
 
+// cleave_off(r_t + r_k, c_t + c_k) as cleave_off(r_t, c_t) plus a constant, when r_k is a
+// multiple of 8 rows and c_k of 8 chunks: the swizzle only permutes chunks within a group of
+// 8 by the low row bits, so moving by whole groups and whole periods moves the offset by the
+// same bytes. A constant the compiler sees as an add becomes an immediate offset.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_moved(int r_t, int c_t, int r_k, int c_k) {
+  const int off = cleave_off<ROW_BYTES, SIZE, MODE>(r_t, c_t) + r_k * ROW_BYTES + c_k * SIZE;
+#if !defined(__CUDA_ARCH__)
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
 // exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
 // log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
 // The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
@@ -143,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   }
   // for j0 in range(0, k, 64)
   {
-    const long long n_j0 = cleave_ceil_div(4096LL, 64LL);
+    const int n_j0 = (int)cleave_ceil_div(4096LL, 64LL);
     // t5: per-thread partials until the loop ends
     if (wn != 0 || t != 0) {
       #pragma unroll
@@ -157,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     }
     __syncthreads();
     {
-      const long long j0 = 0;
+      const int j0 = 0;
       // t_x = Load(x)
       {
         const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
@@ -173,21 +186,39 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       // t_w = Load(w)
       {
         const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
-        const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
-        const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
+        const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
         #pragma unroll
-        for (int it_ = 0; it_ < 8; ++it_) {
-          const int r = r0 + it_ * 8;
-          cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
+        for (int it_ = 0; it_ < 2; ++it_) {
+          const int r = r0 + it_ * 32;
+          #pragma unroll
+          for (int gi = 0; gi < 4; ++gi) {
+            const int c = c0 + gi * 64;
+            cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+          }
         }
       }
     }
     cleave::cp_async_commit();
-    long long j0 = 0;
-    for (; j0 + 1 < n_j0; ++j0) {
-      const long long next = j0 + 1;
+    // per-thread ldmatrix offsets into t_x
+    int ot0_[4];
+    #pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ot0_[kk] = cleave::opaque(cleave_off_split<128, 2, 1>(wm * 4 * 16 + (lane & 15), (lane >> 4) * 8, 0, kk * 16));
+    // per-thread ldmatrix offsets into t_w
+    int ot1_[4];
+    #pragma unroll
+    for (int nj = 0; nj < 8; nj += 2) {
+      const int ll = nj + 1 < 8 ? lane : (lane & 15);
+      const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
+      const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
+      ot1_[nj / 2] = cleave::opaque(cleave_off_split<512, 2, 1>(br, bc, 0, 0));
+    }
+    int j0 = 0;
+    const bool block_whole_ = 128 <= cleave_room(e_s - (128LL * i0));
+    for (; j0 + 1 < n_j0 && block_whole_; ++j0) {
+      const int next = j0 + 1;
       {
-        const long long j0 = next;
+        const int j0 = next;
         // t_x = Load(x)
         {
           const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
@@ -196,19 +227,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           #pragma unroll
           for (int it_ = 0; it_ < 4; ++it_) {
             const int r = r0 + it_ * 32;
-            const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
+            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 32) * (4096LL), (int)(8 * 2));
           }
         }
         // t_w = Load(w)
         {
           const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
-          const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
-          const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
+          const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
+          const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
           #pragma unroll
-          for (int it_ = 0; it_ < 8; ++it_) {
-            const int r = r0 + it_ * 8;
-            cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
+          for (int it_ = 0; it_ < 2; ++it_) {
+            const int r = r0 + it_ * 32;
+            #pragma unroll
+            for (int gi = 0; gi < 4; ++gi) {
+              const int c = c0 + gi * 64;
+              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+            }
           }
         }
       }
@@ -222,16 +256,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           uint32_t a[4][4];
           #pragma unroll
           for (int mi = 0; mi < 4; ++mi) {
-            const int r = (wm * 4 + mi) * 16 + (lane & 15);
-            cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
+            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 16384) + ot0_[kk] + mi * 2048);
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off_split<512, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, (smem + 32768 + (j0 & 1) * 32768) + ot1_[nj / 2] + kk * 8192);
             #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -251,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       for (int h = 0; h < 2; ++h) {
         const int row = (wm * 4 + mi) * 16 + g + 8 * h;
         (void)row;
-        float part = 0.0f;
+        float part = b1[mi][h];
         #pragma unroll
         for (int q = 0; q < 1; ++q) {
           const int c0 = wn * 16 + (q * 4 + t) * 4;
@@ -267,15 +298,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
             if (true) part = cleave_add(part, cleave_sq(x_[e]));
           }
         }
-        b1[mi][h] = cleave_add(b1[mi][h], part);
+        b1[mi][h] = part;
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
     for (; j0 < n_j0; ++j0) {
       if (j0 + 1 < n_j0) {
-        const long long next = j0 + 1;
+        const int next = j0 + 1;
         {
-          const long long j0 = next;
+          const int j0 = next;
           // t_x = Load(x)
           {
             const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
@@ -291,12 +322,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           // t_w = Load(w)
           {
             const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
-            const int r0 = threadIdx.x / 32, c = (threadIdx.x % 32) * 8;
-            const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c);
+            const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
+            const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
             #pragma unroll
-            for (int it_ = 0; it_ < 8; ++it_) {
-              const int r = r0 + it_ * 8;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off<512, 2, 1>(r, c), src_t + (long long)(it_ * 8) * (6144LL), (int)(8 * 2));
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int r = r0 + it_ * 32;
+              #pragma unroll
+              for (int gi = 0; gi < 4; ++gi) {
+                const int c = c0 + gi * 64;
+                cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+              }
             }
           }
         }
@@ -311,16 +346,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           uint32_t a[4][4];
           #pragma unroll
           for (int mi = 0; mi < 4; ++mi) {
-            const int r = (wm * 4 + mi) * 16 + (lane & 15);
-            cleave::ldmatrix_x4(a[mi], ((smem + 0 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
+            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 16384) + ot0_[kk] + mi * 2048);
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 32768 + (j0 & 1) * 32768) + cleave_off_split<512, 2, 1>(br, bc, kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, (smem + 32768 + (j0 & 1) * 32768) + ot1_[nj / 2] + kk * 8192);
             #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -340,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       for (int h = 0; h < 2; ++h) {
         const int row = (wm * 4 + mi) * 16 + g + 8 * h;
         (void)row;
-        float part = 0.0f;
+        float part = b1[mi][h];
         #pragma unroll
         for (int q = 0; q < 1; ++q) {
           const int c0 = wn * 16 + (q * 4 + t) * 4;
@@ -356,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
             if (true) part = cleave_add(part, cleave_sq(x_[e]));
           }
         }
-        b1[mi][h] = cleave_add(b1[mi][h], part);
+        b1[mi][h] = part;
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }

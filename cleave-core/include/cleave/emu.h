@@ -1108,6 +1108,9 @@ inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[
   emu::detail::collective(emu::detail::Op::MmaBf16, line, a, b, c, d);
 }
 
+// The device hides v from ptxas's rematerialization; on the host there is nothing to hide.
+inline int opaque(int v) { return v; }
+
 inline void ldmatrix_x4(uint32_t r[4], const void* smem_row, CLEAVE_EMU_LINE) {
   emu::detail::collective(emu::detail::Op::LdsmX4, line, smem_row, nullptr, nullptr, r);
 }

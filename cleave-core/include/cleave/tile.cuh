@@ -78,6 +78,17 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4
         "f"(c[1]), "f"(c[2]), "f"(c[3])));
 }
 
+// v, hidden from the optimizer. At high register pressure ptxas recomputes lane-derived
+// values inside a loop rather than keep them; a value it cannot see through it must keep (or
+// spill, which the benchmarks would show). The generated code passes the per-thread ldmatrix
+// offsets computed before a main loop through this.
+__device__ __forceinline__ int opaque(int v) {
+#if defined(__CUDA_ARCH__)
+  asm("" : "+r"(v));
+#endif
+  return v;
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -83,6 +83,19 @@ __device__ __forceinline__ int cleave_off_split(int r_t, int c_t, int r_k, int c
   return off;
 }
 
+// cleave_off(r_t + r_k, c_t + c_k) as cleave_off(r_t, c_t) plus a constant, when r_k is a
+// multiple of 8 rows and c_k of 8 chunks: the swizzle only permutes chunks within a group of
+// 8 by the low row bits, so moving by whole groups and whole periods moves the offset by the
+// same bytes. A constant the compiler sees as an add becomes an immediate offset.
+template <int ROW_BYTES, int SIZE, int MODE>
+__device__ __forceinline__ int cleave_off_moved(int r_t, int c_t, int r_k, int c_k) {
+  const int off = cleave_off<ROW_BYTES, SIZE, MODE>(r_t, c_t) + r_k * ROW_BYTES + c_k * SIZE;
+#if !defined(__CUDA_ARCH__)
+  if (off != cleave_off<ROW_BYTES, SIZE, MODE>(r_t + r_k, c_t + c_k)) __builtin_trap();
+#endif
+  return off;
+}
+
 // exp(a - b) where b is a running max that includes a (b >= a). As exp2, a - b scaled by
 // log2(e) is one FFMA of a against a per-row term, which the compiler computes once per row.
 // The guard is per row too: b is -inf only while the row has seen nothing but -inf, so a is
@@ -163,6 +176,34 @@ pub(super) fn dim_expr(dims: &DimTable, d: DimVar) -> String {
     }
 }
 
+/// An operand whose per-thread ldmatrix offsets are tabulated before a loop: what the offset
+/// depends on besides the lane, and so what the table is indexed by.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum OffTable {
+    /// A row-major A tile: one offset per 16-deep step `kk`; row tiles add constants.
+    A { buf: BufId, steps: u64 },
+    /// A transposed A tile: one offset per row tile `mi`; steps add constants.
+    ATrans { buf: BufId },
+    /// A k-major B tile: one offset per pair of column tiles; steps add constants.
+    B { buf: BufId, nt: u64 },
+    /// An n-major B tile (an even number of column tiles): one offset per step; column
+    /// tiles add constants.
+    BNMajor { buf: BufId, nt: u64, steps: u64 },
+}
+
+impl OffTable {
+    fn entries(self, mt: u64) -> u64 {
+        match self {
+            OffTable::A { steps, .. } | OffTable::BNMajor { steps, .. } => steps,
+            OffTable::ATrans { .. } => mt,
+            OffTable::B { nt, .. } => nt.div_ceil(2),
+        }
+    }
+}
+
+/// The most table entries (registers) one loop keeps.
+const OFF_TABLE_BUDGET: u64 = 8;
+
 struct Gen<'a> {
     k: &'a TileKernel,
     dims: &'a DimTable,
@@ -171,6 +212,8 @@ struct Gen<'a> {
     depth: usize,
     /// Buffers double-buffered by the enclosing loop, with that loop's iterator.
     staged: Vec<(BufId, IterId)>,
+    /// Offset tables the enclosing loops computed, with their array names.
+    tables: Vec<(OffTable, String)>,
     /// Column masks known to hold on the code being emitted (the full-tile path of a loop),
     /// each with the column extent it was proven for.
     full: Vec<(Limit, u64)>,
@@ -501,7 +544,8 @@ impl Gen<'_> {
     }
 
     fn close(&mut self) {
-        self.depth -= 1;
+        // An unbalanced close is a generator bug; wrapping would indent without end.
+        self.depth = self.depth.checked_sub(1).expect("every close has an open block");
         self.line("}");
     }
 
@@ -628,7 +672,9 @@ impl Gen<'_> {
         // A deferred sum adds to this column of warps' partial; the loop combines them after.
         let deferred = self.deferred.contains(&dst);
         self.open_rows();
-        self.line(&format!("float part = {init};"));
+        // A deferred partial is this thread's own, so the terms go straight into it.
+        let start = if deferred && acc { format!("{d}[mi][h]") } else { init.to_string() };
+        self.line(&format!("float part = {start};"));
         match self.vector_reduce(expr, cols) {
             // A reduction of one 16-bit tile: each lane reads whole runs of its row with one
             // shared-memory load (the row's partial is any split of its columns over the quad
@@ -686,6 +732,8 @@ impl Gen<'_> {
         }
         if self.k.warps.n > 1 && !deferred {
             self.line("cross[mi][h] = part;");
+        } else if deferred && acc {
+            self.line(&format!("{d}[mi][h] = part;"));
         } else if acc {
             self.line(&format!("{d}[mi][h] = {combine}({d}[mi][h], part);"));
         } else {
@@ -806,15 +854,30 @@ impl Gen<'_> {
                 // padding rows: the addresses stay inside the tile, and padding rows of the
                 // product are never stored.
                 let BufKind::Smem { rows, .. } = self.k.buf(buf).kind else { unreachable!("tiles are smem") };
-                if rows < self.row_span() {
+                if let Some(tab) = self.table(OffTable::A { buf, steps: k / 16 }) {
+                    let rb = geom(self.k.buf(buf)).row_bytes;
+                    self.line(&format!(
+                        "cleave::ldmatrix_x4(a[mi], {} + {tab}[kk] + mi * {});",
+                        self.smem_base(buf),
+                        16 * rb
+                    ));
+                } else if rows < self.row_span() {
                     self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + (lane & 15);"));
                     self.line(&format!("const int r = r0 < {rows} ? r0 : {};", rows - 1));
+                    self.a_rows_ldmatrix(buf);
                 } else {
                     self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                    self.a_rows_ldmatrix(buf);
                 }
-                // The lane's 8-column half is one 16-byte chunk; kk steps whole 32-byte pairs.
-                let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", "kk * 16");
-                self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));
+            }
+            MmaA::Smem { buf, trans: true } if self.table(OffTable::ATrans { buf }).is_some() => {
+                let tab = self.table(OffTable::ATrans { buf }).expect("checked");
+                let rb = geom(self.k.buf(buf)).row_bytes;
+                self.line(&format!(
+                    "cleave::ldmatrix_x4_trans(a[mi], {} + {tab}[mi] + kk * {});",
+                    self.smem_base(buf),
+                    16 * rb
+                ));
             }
             MmaA::Smem { buf, trans: true } => {
                 self.line(&format!("const int cc = (wm * {mt} + mi) * 16 + ((lane >> 3) & 1) * 8;"));
@@ -841,7 +904,14 @@ impl Gen<'_> {
             // only mirror the lower ones.
             self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
             // The per-thread part of each address, and the part the unrolled kk and nj add.
-            let (p, f) = if b.n_major {
+            let rb = geom(self.k.buf(b.buf)).row_bytes;
+            let (p, f) = if let Some(tab) = self.table(OffTable::B { buf: b.buf, nt }).filter(|_| !b.n_major) {
+                (format!("{} + {tab}[nj / 2] + kk * {}", self.smem_base(b.buf), 16 * rb), "cleave::ldmatrix_x4_trans")
+            } else if let Some(tab) =
+                self.table(OffTable::BNMajor { buf: b.buf, nt, steps: k / 16 }).filter(|_| b.n_major)
+            {
+                (format!("{} + {tab}[kk] + nj * {}", self.smem_base(b.buf), 8 * rb), "cleave::ldmatrix_x4")
+            } else if b.n_major {
                 self.line(&format!("const int br = wn * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
                 self.line("const int bc = ((ll >> 3) & 1) * 8;");
                 (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", "kk * 16"), "cleave::ldmatrix_x4")
@@ -871,6 +941,126 @@ impl Gen<'_> {
         }
         self.close();
         self.close();
+    }
+
+    /// The ldmatrix of A's row tile `mi` at step `kk`, for a row `r` the caller declared.
+    fn a_rows_ldmatrix(&mut self, buf: BufId) {
+        // The lane's 8-column half is one 16-byte chunk; kk steps whole 32-byte pairs.
+        let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", "kk * 16");
+        self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));
+    }
+
+    /// The name of a table the enclosing loops computed.
+    fn table(&self, t: OffTable) -> Option<String> {
+        self.tables.iter().find(|(x, _)| *x == t).map(|(_, n)| n.clone())
+    }
+
+    /// Tabulates, before a loop, the per-thread ldmatrix offsets of the products in `body`
+    /// ([`OffTable`]), within [`OFF_TABLE_BUDGET`] entries. Inside the loop each address is then
+    /// the stage's base, a table entry and an immediate. Returns how many tables it added.
+    fn off_tables(&mut self, body: &[Stmt], staged: &[BufId]) -> usize {
+        // Measured on the shipped kernels (bench/RESULTS.md): with warp tiles of several row
+        // tiles (the 64 × 64 GEMM tiles) ptxas recomputes these offsets every iteration, and
+        // tables save 8-10% of the loop; with one row tile (attention, decode) they save
+        // nothing or cost, since ptxas then keeps its own addresses.
+        if self.k.warps.m_tiles < 2 {
+            return 0;
+        }
+        let mut want: Vec<OffTable> = Vec::new();
+        for s in body {
+            let Stmt::Mma { acc, a, b, k, .. } = s else { continue };
+            let steps = k / 16;
+            match *a {
+                MmaA::Smem { buf, trans: false } => {
+                    // A tile shorter than the row tiles clamps its rows per tile: no constant step.
+                    if matches!(self.k.buf(buf).kind, BufKind::Smem { rows, .. } if rows >= self.row_span()) {
+                        want.push(OffTable::A { buf, steps });
+                    }
+                }
+                MmaA::Smem { buf, trans: true } => want.push(OffTable::ATrans { buf }),
+                MmaA::Frag(_) => {}
+            }
+            let nt = self.frag_tiles(self.cols_of(*acc));
+            if !b.n_major {
+                want.push(OffTable::B { buf: b.buf, nt });
+            } else if nt % 2 == 0 {
+                want.push(OffTable::BNMajor { buf: b.buf, nt, steps });
+            }
+        }
+        // Only the buffers this loop double-buffers: their addresses change with the stage, so
+        // ptxas would recompute them every iteration. A buffer the loop only reads keeps
+        // loop-invariant addresses that ptxas already folds.
+        let staged = |t: &OffTable| {
+            let buf = match *t {
+                OffTable::A { buf, .. }
+                | OffTable::ATrans { buf }
+                | OffTable::B { buf, .. }
+                | OffTable::BNMajor { buf, .. } => buf,
+            };
+            staged.contains(&buf)
+        };
+        want.retain(staged);
+        let mt = u64::from(self.k.warps.m_tiles);
+        let before = self.tables.len();
+        let mut used = 0;
+        for t in want {
+            let n = t.entries(mt);
+            if self.table(t).is_some() || used + n > OFF_TABLE_BUDGET {
+                continue;
+            }
+            used += n;
+            let name = format!("ot{}_", self.tables.len());
+            self.emit_table(t, &name);
+            self.tables.push((t, name));
+        }
+        self.tables.len() - before
+    }
+
+    fn emit_table(&mut self, t: OffTable, name: &str) {
+        let mt = self.k.warps.m_tiles;
+        let buf = match t {
+            OffTable::A { buf, .. }
+            | OffTable::ATrans { buf }
+            | OffTable::B { buf, .. }
+            | OffTable::BNMajor { buf, .. } => buf,
+        };
+        let g = geom(self.k.buf(buf));
+        let split = |r_t: &str, c_t: &str, c_k: &str| {
+            format!("cleave::opaque(cleave_off_split<{}, {}, {}>({r_t}, {c_t}, 0, {c_k}))", g.row_bytes, g.size, g.mode)
+        };
+        self.line(&format!("// per-thread ldmatrix offsets into {}", self.k.buf(buf).name));
+        self.line(&format!("int {name}[{}];", t.entries(u64::from(mt))));
+        self.line("#pragma unroll");
+        match t {
+            OffTable::A { steps, .. } => {
+                let e = split(&format!("wm * {mt} * 16 + (lane & 15)"), "(lane >> 4) * 8", "kk * 16");
+                self.line(&format!("for (int kk = 0; kk < {steps}; ++kk) {name}[kk] = {e};"));
+            }
+            OffTable::ATrans { .. } => {
+                self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
+                self.depth += 1;
+                self.line(&format!("const int cc = (wm * {mt} + mi) * 16 + ((lane >> 3) & 1) * 8;"));
+                self.line(&format!("{name}[mi] = {};", split("((lane >> 4) << 3) + (lane & 7)", "cc", "0")));
+                self.close();
+            }
+            OffTable::B { nt, .. } => {
+                self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
+                self.depth += 1;
+                self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
+                self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
+                self.line(&format!("const int bc = (wn * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
+                self.line(&format!("{name}[nj / 2] = {};", split("br", "bc", "0")));
+                self.close();
+            }
+            OffTable::BNMajor { nt, steps, .. } => {
+                self.line(&format!("for (int kk = 0; kk < {steps}; ++kk) {{"));
+                self.depth += 1;
+                self.line(&format!("const int br = wn * {nt} * 8 + ((lane >> 4) << 3) + (lane & 7);"));
+                self.line("const int bc = ((lane >> 3) & 1) * 8;");
+                self.line(&format!("{name}[kk] = {};", split("br", "bc", "kk * 16")));
+                self.close();
+            }
+        }
     }
 
     /// The global element index of tile element `(row, col)` of `tm`, and the validity
@@ -980,51 +1170,98 @@ impl Gen<'_> {
             let nv = if masked { "nv".to_string() } else { format!("{epc}") };
             let nv_line = format!("const long long nv = ({row_ok}) ? cleave_max_ll(0LL, {valid}) : 0LL;");
             self.line(&format!("const long long tb = {tile_base};"));
-            match self.row_stride(&p, tm).filter(|_| u64::from(threads) % cpr == 0) {
-                // A thread's chunks lie in one column, `threads / cpr` rows apart: the thread
-                // computes its source pointer once and each trip adds a stride (a constant
-                // when the tensor's rows are, so the copies take immediate offsets).
-                Some(stride) => {
-                    let step = u64::from(threads) / cpr;
-                    let trips = (rows * cpr).div_ceil(u64::from(threads));
-                    self.line(&format!("const int r0 = threadIdx.x / {cpr}, c = (threadIdx.x % {cpr}) * {epc};"));
-                    self.line(&format!("const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c);"));
-                    // As in `strided`, long copies unroll only partly, to bound code size and
-                    // the registers their hoisted addresses would hold.
-                    if trips <= 16 {
-                        self.line("#pragma unroll");
-                    }
-                    self.line(&format!("for (int it_ = 0; it_ < {trips}; ++it_) {{"));
-                    self.depth += 1;
-                    self.line(&format!("const int r = r0 + it_ * {step};"));
-                    if (rows * cpr) % u64::from(threads) != 0 {
-                        self.line(&format!("if (r >= {rows}) break;"));
-                    }
-                    let at = format!("src_t + (long long)(it_ * {step}) * {stride}");
-                    let from = if masked {
-                        self.line(&nv_line);
-                        format!("nv > 0 ? {at} : {src}")
-                    } else {
-                        at
-                    };
-                    self.line(&format!(
-                        "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
-                        g.row_bytes, g.size, g.mode, g.size
-                    ));
+            let stride = self.row_stride(&p, tm);
+            // Rows of more than 128 bytes are copied by eight threads each, every thread taking
+            // one chunk of each 128-byte group: its copies of a row then lie within a few
+            // hundred bytes of one pointer, which the copy instruction's immediate offset
+            // reaches (12 bits), and the swizzle, which permutes chunks within a group, moves
+            // its shared-memory side by constants too. A warp still reads whole 128-byte runs.
+            let groups = cpr / 8;
+            let grouped = g.mode == 1 && groups > 1 && threads % 8 == 0 && {
+                let passes = (rows * 8).div_ceil(u64::from(threads));
+                passes * groups <= 16
+            };
+            if let (Some(stride), true) = (&stride, grouped) {
+                let step = u64::from(threads) / 8;
+                let passes = (rows * 8).div_ceil(u64::from(threads));
+                let gc = 8 * epc;
+                self.line(&format!("const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * {epc};"));
+                self.line(&format!("const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c0);"));
+                self.line("#pragma unroll");
+                self.line(&format!("for (int it_ = 0; it_ < {passes}; ++it_) {{"));
+                self.depth += 1;
+                self.line(&format!("const int r = r0 + it_ * {step};"));
+                if (rows * 8) % u64::from(threads) != 0 {
+                    self.line(&format!("if (r >= {rows}) break;"));
                 }
-                None => {
-                    self.strided("ci", rows * cpr, u64::from(threads));
-                    self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
-                    let gi = if masked {
-                        self.line(&nv_line);
-                        format!("nv > 0 ? tb + {local} : 0LL")
-                    } else {
-                        format!("tb + {local}")
-                    };
-                    self.line(&format!(
+                self.line("#pragma unroll");
+                self.line(&format!("for (int gi = 0; gi < {groups}; ++gi) {{"));
+                self.depth += 1;
+                self.line(&format!("const int c = c0 + gi * {gc};"));
+                let at = format!("src_t + (long long)(it_ * {step}) * {stride} + gi * {gc}");
+                let from = if masked {
+                    self.line(&nv_line);
+                    format!("nv > 0 ? {at} : {src}")
+                } else {
+                    at
+                };
+                // The moved form needs the rows of a pass a whole number of swizzle periods apart.
+                let off = if step % 8 == 0 {
+                    format!("cleave_off_moved<{}, {}, 1>(r0, c0, it_ * {step}, gi * {gc})", g.row_bytes, g.size)
+                } else {
+                    format!("cleave_off<{}, {}, 1>(r, c)", g.row_bytes, g.size)
+                };
+                self.line(&format!("cleave::cp_async_16({base} + {off}, {from}, (int)({nv} * {}));", g.size));
+                self.close();
+            } else {
+                match stride.filter(|_| u64::from(threads) % cpr == 0) {
+                    // A thread's chunks lie in one column, `threads / cpr` rows apart: the thread
+                    // computes its source pointer once and each trip adds a stride (a constant
+                    // when the tensor's rows are, so the copies take immediate offsets).
+                    Some(stride) => {
+                        let step = u64::from(threads) / cpr;
+                        let trips = (rows * cpr).div_ceil(u64::from(threads));
+                        self.line(&format!("const int r0 = threadIdx.x / {cpr}, c = (threadIdx.x % {cpr}) * {epc};"));
+                        self.line(&format!(
+                            "const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c);"
+                        ));
+                        // As in `strided`, long copies unroll only partly, to bound code size and
+                        // the registers their hoisted addresses would hold.
+                        if trips <= 16 {
+                            self.line("#pragma unroll");
+                        }
+                        self.line(&format!("for (int it_ = 0; it_ < {trips}; ++it_) {{"));
+                        self.depth += 1;
+                        self.line(&format!("const int r = r0 + it_ * {step};"));
+                        if (rows * cpr) % u64::from(threads) != 0 {
+                            self.line(&format!("if (r >= {rows}) break;"));
+                        }
+                        let at = format!("src_t + (long long)(it_ * {step}) * {stride}");
+                        let from = if masked {
+                            self.line(&nv_line);
+                            format!("nv > 0 ? {at} : {src}")
+                        } else {
+                            at
+                        };
+                        self.line(&format!(
+                            "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
+                            g.row_bytes, g.size, g.mode, g.size
+                        ));
+                    }
+                    None => {
+                        self.strided("ci", rows * cpr, u64::from(threads));
+                        self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
+                        let gi = if masked {
+                            self.line(&nv_line);
+                            format!("nv > 0 ? tb + {local} : 0LL")
+                        } else {
+                            format!("tb + {local}")
+                        };
+                        self.line(&format!(
                         "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {src} + ({gi}), (int)({nv} * {}));",
                         g.row_bytes, g.size, g.mode, g.size
                     ));
+                    }
                 }
             }
             self.close();
@@ -1131,7 +1368,9 @@ impl Gen<'_> {
         self.line(&format!("// for {it} in range(0, {}, {tile})", self.dims.get(dim).name));
         self.line("{");
         self.depth += 1;
-        self.line(&format!("const long long n_{it} = {trips};"));
+        // Launchers refuse extents of 2^31 or more, so a trip count fits in an int, and the
+        // loop counts in 32 bits (addresses still widen: every affine term is a long long).
+        self.line(&format!("const int n_{it} = (int){trips};"));
         // Sums the loop only accumulates: every thread keeps a partial of its own columns
         // (the first lane of the first column warp starts from the value so far, the others
         // from zero), added up across the quad and the column warps once, after the loop.
@@ -1152,7 +1391,7 @@ impl Gen<'_> {
             self.line("__syncthreads();");
             self.line("{");
             self.depth += 1;
-            self.line(&format!("const long long {it} = 0;"));
+            self.line(&format!("const int {it} = 0;"));
             for (d, p, tm) in &loads {
                 self.load(*d, *p, tm, Some("0"));
             }
@@ -1163,9 +1402,30 @@ impl Gen<'_> {
         // Iterations whose tiles lie wholly inside every column mask of the body run a copy of
         // it with those masks left out; the others (the ragged last tile) run it masked. The
         // full path is a loop of its own, so it carries no code of the masked one.
-        let masks: Vec<(Limit, u64)> =
-            self.column_masks(&rest).into_iter().filter(|(l, _)| !self.full.iter().any(|(f, _)| f == l)).collect();
-        self.line(&format!("long long {it} = 0;"));
+        let mut masks: Vec<(Limit, u64)> = self.column_masks(&rest);
+        // The loads' own bounds join them: with every tile of the steady state whole, its copies
+        // carry no masks and need no fallback address. Bounds that depend on the block alone
+        // (the rows it owns, its columns of the output) do not change along the loop; they are
+        // tested once, before it, and a block whose tiles overhang the tensor runs the masked
+        // loop throughout.
+        let mut invariant: Vec<(Limit, u64)> = Vec::new();
+        for (_, _, tm) in &loads {
+            for ax in &tm.axes {
+                for l in &ax.limits {
+                    let set = if l.base.uses(iter) { &mut masks } else { &mut invariant };
+                    match set.iter_mut().find(|(m, _)| m == l) {
+                        Some((_, e)) => *e = (*e).max(ax.extent),
+                        None => set.push((l.clone(), ax.extent)),
+                    }
+                }
+            }
+        }
+        let known = |l: &Limit, e: u64| self.full.iter().any(|(f, fe)| f == l && *fe >= e);
+        masks.retain(|(l, e)| !known(l, *e));
+        invariant.retain(|(l, e)| !known(l, *e) && !masks.iter().any(|(m, _)| m == l));
+        let staged: Vec<BufId> = loads.iter().map(|(d, _, _)| *d).collect();
+        let tables = self.off_tables(&rest, &staged);
+        self.line(&format!("int {it} = 0;"));
         // The steady state runs in a loop of its own: every iteration but the last, while the
         // tiles are whole. Its prefetch needs no guard (a next tile exists) and, with the next
         // tile whole too, no masks. The loop after it runs what is left (the last iteration
@@ -1177,8 +1437,16 @@ impl Gen<'_> {
         let cond = cond.join(" && ");
         if !loads.is_empty() {
             let mut test = format!("{it} + 1 < n_{it}");
+            if !invariant.is_empty() {
+                let whole: Vec<String> = invariant
+                    .iter()
+                    .map(|(l, e)| format!("{e} <= cleave_room({} - {})", self.dim(l.bound), self.affine(&l.base)))
+                    .collect();
+                self.line(&format!("const bool block_whole_ = {};", whole.join(" && ")));
+                test = format!("{test} && block_whole_");
+            }
             if !masks.is_empty() {
-                self.line(&format!("const auto whole_ = [&](long long {it}) {{ return {cond}; }};"));
+                self.line(&format!("const auto whole_ = [&](int {it}) {{ return {cond}; }};"));
                 test = format!("{test} && whole_({it}) && whole_({it} + 1)");
             }
             self.line(&format!("for (; {test}; ++{it}) {{"));
@@ -1190,6 +1458,9 @@ impl Gen<'_> {
             self.depth += 1;
             let saved = self.full.len();
             self.full.extend(masks.iter().cloned());
+            if !loads.is_empty() {
+                self.full.extend(invariant.iter().cloned());
+            }
             self.loop_iteration(iter, &loads, &rest, false);
             self.full.truncate(saved);
             self.close();
@@ -1199,6 +1470,7 @@ impl Gen<'_> {
         self.loop_iteration(iter, &loads, &rest, true);
         self.close();
         self.deferred.truncate(saved_deferred);
+        self.tables.truncate(self.tables.len() - tables);
         for &b in &deferred {
             let d = self.buf_name(b);
             self.line(&format!("// {}: the threads' partials, added up", self.k.buf(b).name));
@@ -1221,10 +1493,10 @@ impl Gen<'_> {
                 self.line(&format!("if ({it} + 1 < n_{it}) {{"));
                 self.depth += 1;
             }
-            self.line(&format!("const long long next = {it} + 1;"));
+            self.line(&format!("const int next = {it} + 1;"));
             self.line("{");
             self.depth += 1;
-            self.line(&format!("const long long {it} = next;"));
+            self.line(&format!("const int {it} = next;"));
             for (d, p, tm) in loads {
                 self.load(*d, *p, tm, Some(&format!("{it} & 1")));
             }
@@ -1257,6 +1529,7 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         out: String::new(),
         depth: 0,
         staged: Vec::new(),
+        tables: Vec::new(),
         full: Vec::new(),
         deferred: Vec::new(),
         tile_value: None,
