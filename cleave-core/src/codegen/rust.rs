@@ -241,9 +241,18 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "static HOST: [{rt}::host::EmuFn; {}] = [{}];", host.len(), host.join(", "));
 
     let extents = format!("&[{}]", dynamic.iter().map(|d| format!("dims.{d}")).collect::<Vec<_>>().join(", "));
+    // The runtime extents, so that a launcher's docs say which axes one compile serves.
+    let runtime: Vec<String> =
+        plan.dims.iter().filter(|d| d.dynamic).map(|d| format!("`{}` (scheduled for {})", d.name, d.value)).collect();
     let shape_docs = |out: &mut String| {
         for (_, t) in inputs.iter().chain(&outputs) {
             doc(out, &format!("- `{}`: `{}{}`", t.name, t.dtype.name(), show_shape(plan, t)));
+        }
+        doc(out, "");
+        if runtime.is_empty() {
+            doc(out, "Every extent is fixed at build time; `dims` has no fields.");
+        } else {
+            doc(out, &format!("Extents given at run time, in `dims`: {}.", runtime.join(", ")));
         }
     };
 
@@ -350,6 +359,24 @@ mod tests {
         assert!(a.contains("cleave_emu_cleave_rowsum_0_0123"), "{a}");
         assert_eq!(a.matches("// SAFETY:").count(), a.matches("unsafe {").count(), "{a}");
         assert_eq!(a.matches("unsafe {").count(), 2, "{a}");
+    }
+
+    /// Both launchers' docs list every tensor with its dtype and shape and name the runtime
+    /// extents; every field of `Dims` has its own line.
+    #[test]
+    fn launcher_docs_give_shapes_dtypes_and_runtime_extents() {
+        let (decl, plan, host) = spec_parts();
+        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
+        let a = module(&spec).unwrap();
+        let runtime = "Extents given at run time, in `dims`: `k` (scheduled for 100).";
+        assert_eq!(a.matches(runtime).count(), 2, "{a}");
+        assert_eq!(a.matches("- `dims`: `f32[m, k]`").count(), 2, "{a}");
+        assert!(a.contains("The extent of `k` (scheduled for 100)."), "{a}");
+        let mut fixed = plan.clone();
+        fixed.dims.iter_mut().for_each(|d| d.dynamic = false);
+        let spec = ModuleSpec { decl: &decl, plan: &fixed, host_symbols: &host, fatbin: "None", summary: &[] };
+        let b = module(&spec).unwrap();
+        assert_eq!(b.matches("Every extent is fixed at build time; `dims` has no fields.").count(), 2, "{b}");
     }
 
     #[test]
