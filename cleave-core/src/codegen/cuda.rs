@@ -1077,8 +1077,7 @@ impl Gen<'_> {
     fn address_parts(&self, p: &Param, tm: &TMap, row_var: &str, col_var: &str) -> (String, String, String, String) {
         let n = tm.axes.len();
         let stride = |a: usize| -> String {
-            let parts: Vec<String> =
-                p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect();
+            let parts = self.stride_parts(p, a);
             if parts.is_empty() {
                 "1LL".into()
             } else {
@@ -1125,12 +1124,17 @@ impl Gen<'_> {
         match wide.as_slice() {
             [] => Some("0LL".into()),
             [a] => {
-                let parts: Vec<String> =
-                    p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect();
+                let parts = self.stride_parts(p, *a);
                 Some(if parts.is_empty() { "1LL".into() } else { format!("({})", parts.join(" * ")) })
             }
             _ => None,
         }
+    }
+
+    /// The factors of the element stride of axis `a` of `p` (the extents of the axes after
+    /// it); none for the last axis.
+    fn stride_parts(&self, p: &Param, a: usize) -> Vec<String> {
+        p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect()
     }
 
     /// Issues the loads of one tile. `at` substitutes an iterator value (prefetching the next
