@@ -192,6 +192,15 @@ enum OffTable {
 }
 
 impl OffTable {
+    fn buf(self) -> BufId {
+        match self {
+            OffTable::A { buf, .. }
+            | OffTable::ATrans { buf }
+            | OffTable::B { buf, .. }
+            | OffTable::BNMajor { buf, .. } => buf,
+        }
+    }
+
     fn entries(self, mt: u64) -> u64 {
         match self {
             OffTable::A { steps, .. } | OffTable::BNMajor { steps, .. } => steps,
@@ -990,16 +999,7 @@ impl Gen<'_> {
         // Only the buffers this loop double-buffers: their addresses change with the stage, so
         // ptxas would recompute them every iteration. A buffer the loop only reads keeps
         // loop-invariant addresses that ptxas already folds.
-        let staged = |t: &OffTable| {
-            let buf = match *t {
-                OffTable::A { buf, .. }
-                | OffTable::ATrans { buf }
-                | OffTable::B { buf, .. }
-                | OffTable::BNMajor { buf, .. } => buf,
-            };
-            staged.contains(&buf)
-        };
-        want.retain(staged);
+        want.retain(|t| staged.contains(&t.buf()));
         let mt = u64::from(self.k.warps.m_tiles);
         let before = self.tables.len();
         let mut used = 0;
@@ -1018,12 +1018,7 @@ impl Gen<'_> {
 
     fn emit_table(&mut self, t: OffTable, name: &str) {
         let mt = self.k.warps.m_tiles;
-        let buf = match t {
-            OffTable::A { buf, .. }
-            | OffTable::ATrans { buf }
-            | OffTable::B { buf, .. }
-            | OffTable::BNMajor { buf, .. } => buf,
-        };
+        let buf = t.buf();
         let g = geom(self.k.buf(buf));
         let split = |r_t: &str, c_t: &str, c_k: &str| {
             format!("cleave::opaque(cleave_off_split<{}, {}, {}>({r_t}, {c_t}, 0, {c_k}))", g.row_bytes, g.size, g.mode)
@@ -1181,13 +1176,10 @@ impl Gen<'_> {
             // reaches (12 bits), and the swizzle, which permutes chunks within a group, moves
             // its shared-memory side by constants too. A warp still reads whole 128-byte runs.
             let groups = cpr / 8;
-            let grouped = g.mode == 1 && groups > 1 && threads % 8 == 0 && {
-                let passes = (rows * 8).div_ceil(u64::from(threads));
-                passes * groups <= 16
-            };
+            let passes = (rows * 8).div_ceil(u64::from(threads));
+            let grouped = g.mode == 1 && groups > 1 && threads % 8 == 0 && passes * groups <= 16;
             if let (Some(stride), true) = (&stride, grouped) {
                 let step = u64::from(threads) / 8;
-                let passes = (rows * 8).div_ceil(u64::from(threads));
                 let gc = 8 * epc;
                 self.line(&format!("const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * {epc};"));
                 self.line(&format!("const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c0);"));
