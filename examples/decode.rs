@@ -20,6 +20,7 @@ mod common;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use cleave::runtime::cuda::Workspace;
 use cleave::runtime::cudarc::driver::{CudaContext, CudaSlice};
 use cleave::{f16, Error};
 use common::{attention_inputs, attention_ref, max_rel_err, on_gpu, to_f16, to_f64, TOLERANCE};
@@ -104,6 +105,17 @@ fn gpu(ctx: &std::sync::Arc<CudaContext>) -> Result<f64, Error> {
     let agree = max_rel_err(&to_f64(&got), &to_f64(&host));
     println!("launch vs run_host at h={h} b={b} l={l} d={d}: max_rel_err={agree:.3e}");
 
+    // The serving-loop path at the same extents: loaded ahead of time, a workspace the caller
+    // owns, captured into a CUDA graph (which fails if anything in it synchronizes) and
+    // replayed; it must give exactly what `launch` gave.
+    let replayed = captured(ctx, &small, decode::Dims { b, l })?;
+    let same = replayed == got;
+    println!(
+        "load + Kernel::launch captured in a CUDA graph and replayed: {}",
+        if same { "identical" } else { "DIFFERENT" }
+    );
+    let agree = if same { agree } else { f64::INFINITY };
+
     // A long context, checked against the f64 reference.
     let (b, l) = (1, 32768);
     let inputs = attention_inputs(4, h, b, l, d);
@@ -114,6 +126,31 @@ fn gpu(ctx: &std::sync::Arc<CudaContext>) -> Result<f64, Error> {
     let (want, peak) = attention_ref(h, (b, l, d), SCALE, &inputs);
     let err = report(&to_f64(&got), &want, peak);
     Ok(err.max(agree))
+}
+
+/// Runs `decode` through `load` and `Kernel::launch` inside a CUDA graph capture on a fresh
+/// stream, replays the graph twice, and returns the output.
+fn captured(ctx: &std::sync::Arc<CudaContext>, inputs: &[Vec<f16>; 3], dims: decode::Dims) -> Result<Vec<f16>, Error> {
+    use cleave::runtime::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let driver =
+        |e: cleave::runtime::cudarc::driver::DriverError| Error::Launch { kernel: "decode", message: e.to_string() };
+    let kernel = decode::load(ctx)?;
+    let stream = ctx.new_stream().map_err(driver)?;
+    let mut workspace = Workspace::alloc(&stream, decode::workspace_bytes(dims)?)?;
+    let q = stream.clone_htod(&inputs[0]).map_err(driver)?;
+    let k = stream.clone_htod(&inputs[1]).map_err(driver)?;
+    let v = stream.clone_htod(&inputs[2]).map_err(driver)?;
+    let mut o = stream.alloc_zeros::<f16>(dim("h") * dims.b * dim("d")).map_err(driver)?;
+    stream.synchronize().map_err(driver)?;
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(driver)?;
+    let launched = kernel.launch(&stream, &q, &k, &v, &mut o, &mut workspace, dims);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).map_err(driver)?;
+    launched?;
+    let graph = graph.ok_or(Error::Launch { kernel: "decode", message: "the capture recorded nothing".into() })?;
+    graph.launch().map_err(driver)?;
+    graph.launch().map_err(driver)?;
+    stream.synchronize().map_err(driver)?;
+    stream.clone_dtoh(&o).map_err(driver)
 }
 
 /// Prints a few output values next to the reference and the error; returns the error.

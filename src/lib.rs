@@ -37,5 +37,16 @@ pub use cleave_runtime::{bf16, f16, Error};
 #[cfg(feature = "build")]
 pub mod build;
 
+#[cfg(feature = "candle")]
+pub mod candle;
+
+/// Without the `candle` feature, generated modules have no `candle_forward`.
+#[cfg(not(feature = "candle"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __candle_forward {
+    ($($tokens:tt)*) => {};
+}
+
 #[doc(hidden)]
 pub mod emulate;

@@ -1,10 +1,11 @@
 //! The launch plan at the limits of the declaration language: every dim index, extent and
 //! tensor axis survives the trip from the declaration through the plan data to the runtime's
-//! plan unchanged, and a plan too large for its fields is an error, never a truncation (the host
-//! and CUDA executors index buffers by what the plan says).
+//! plan unchanged (the host and CUDA executors index buffers by what the plan says), and a
+//! declaration beyond what a launch can hold stops at the front end with a located error, so no
+//! plan field can overflow.
 
 use cleave::emulate::leak_plan;
-use cleave_core::codegen::plan::{plan_data, PlanDataError};
+use cleave_core::codegen::plan::plan_data;
 use cleave_core::front::{check_source, MAX_DIM, MAX_RANK};
 use cleave_core::graph::Dim;
 use cleave_core::pipeline::{compile, Options};
@@ -62,20 +63,33 @@ fn a_plan_at_the_limits_round_trips() {
     assert!(rt.dims.iter().any(|d| d.value == MAX_DIM as u64 && d.dynamic));
 }
 
+/// The code generator restates the runtime's plan limits (cleave-core cannot depend on the
+/// runtime), and the front end's limits stay within them, so that a declaration it accepts
+/// always gets a plan the allocation-free launch path can hold.
 #[test]
-fn a_plan_its_fields_cannot_hold_is_an_error() {
-    // 70,000 declared dims: the used one's index does not fit the plan's 16-bit dim indices.
-    let dims: Vec<String> = (0..70_000).map(|i| format!("a{i}: 2")).collect();
+fn the_limits_of_the_front_end_the_generator_and_the_runtime_agree() {
+    use cleave_core::codegen::rust;
+    use cleave_runtime::plan as rt;
+    assert_eq!(rust::RUNTIME_MAX_DIMS, rt::MAX_DIMS);
+    assert_eq!(rust::RUNTIME_MAX_TENSORS, rt::MAX_TENSORS);
+    assert_eq!(rust::RUNTIME_MAX_WORKSPACES, rt::MAX_WORKSPACES);
+    assert_eq!(rust::RUNTIME_MAX_PARAMS, rt::MAX_PARAMS);
+    const { assert!(cleave_core::front::MAX_DIMS <= rt::MAX_DIMS) };
+    const { assert!(cleave_core::front::MAX_TENSORS <= rt::MAX_TENSORS) };
+}
+
+/// A declaration with more dims than a launch's extent table holds stops at the front end, at
+/// the first dim too many; that also keeps every dim index far inside the plan's 16-bit fields.
+#[test]
+fn more_dims_than_a_launch_holds_is_a_located_error() {
+    let n = cleave_core::front::MAX_DIMS + 1;
+    let dims: Vec<String> = (0..n).map(|i| format!("u{i}: 2")).collect();
     let yaml = format!(
-        "kernels:\n  - name: wide\n    dims: {{ {}, z: {{ value: 64, dynamic: true }} }}\n    inputs: {{ x: \"f32[z]\" }}\n    outputs: {{ y: \"f32[z]\" }}\n    body: |\n      y = x * 2.0\n",
+        "kernels:\n  - name: wide\n    dims: {{ {} }}\n    inputs: {{ x: \"f32[u0]\" }}\n    outputs: {{ y: \"f32[u0]\" }}\n    body: y = exp(x)\n",
         dims.join(", ")
     );
-    let c = compiled(&yaml);
-    match plan_data(c.best(), "wide") {
-        Err(PlanDataError::TooLarge { what, value }) => {
-            assert_eq!(what, "dim index");
-            assert!(value >= 65_536, "{value}");
-        }
-        other => panic!("expected a too-large error, got {other:?}"),
-    }
+    let errs = check_source(yaml.as_bytes()).unwrap_err();
+    let err = errs[0].render("k.yaml");
+    assert!(err.contains(&format!("`u{}` is dim number {n}; a kernel declares at most", n - 1)), "{err}");
+    assert!(err.starts_with("k.yaml:3:"), "not located at the dim: {err}");
 }

@@ -8,18 +8,18 @@
 //! in the key is never reused for a different context.
 
 use std::collections::hash_map::{Entry, HashMap};
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, DriverError,
-    LaunchConfig, PushKernelArg, SyncOnDrop,
+    SyncOnDrop,
 };
 use cudarc::nvrtc::Ptx;
 
 use crate::element::Element;
-use crate::plan::{self, KernelLaunch, LaunchPlan, Param, Role};
+use crate::plan::{self, Extents, KernelLaunch, LaunchPlan, Param, Role, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS};
 use crate::Error;
 
 /// A raw device address, as passed to kernels.
@@ -83,8 +83,12 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
         .map_err(|e| Error::Device { ordinal, message: describe("retaining its primary context", e) })
 }
 
-/// Runs `plan` on `stream`: loads the fatbin into the stream's context (once), allocates the
-/// workspaces on the stream and launches every kernel in order. Nothing waits for completion.
+/// Runs `plan` on `stream`: loads the fatbin into the stream's context (once, through a
+/// process-wide cache), allocates the workspaces on the stream and launches every kernel in
+/// order. Nothing waits for completion.
+///
+/// This is the convenient path; a serving loop loads once with [`Loaded::new`] and launches
+/// through [`Loaded::launch`], which takes no lock and allocates nothing.
 ///
 /// `extents` has one entry per dim (see [`plan::extents`]); `inputs` and `outputs` hold one
 /// device address per declared tensor. A launch whose grid has a zero dimension is skipped.
@@ -107,52 +111,121 @@ pub unsafe fn execute(
     let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
     plan::check_call(plan, extents, inputs.len(), outputs.len())?;
     let kernel = plan.kernel;
-    // Every grid is computed before anything is queued, so a bad extent launches nothing.
-    let grids: Vec<[u32; 3]> = plan.launches.iter().map(|l| l.grid_dims(kernel, extents)).collect::<Result<_, _>>()?;
-    let functions = load_functions(stream, fatbin, plan)?;
-
-    let mut workspaces = Vec::with_capacity(plan.workspaces.len());
-    for (i, ws) in plan.workspaces.iter().enumerate() {
-        let bytes = ws
-            .bytes(extents)
-            .ok_or_else(|| Error::Overflow { kernel, quantity: format!("the size of workspace {i}") })?;
-        workspaces.push(alloc_workspace(stream, kernel, bytes)?);
+    // Every grid is checked before anything is allocated or queued.
+    for launch in plan.launches {
+        launch.grid_dims(kernel, extents)?;
     }
-    // A workspace is used only by this call, on this stream, so no event bookkeeping is needed
-    // beyond what cudarc does; an empty one is passed as a null pointer.
-    let workspace_ptrs: Vec<DevPtr> =
-        workspaces.iter().map(|w| w.as_ref().map_or(0, |slice| slice.device_ptr(stream).0)).collect();
+    let functions = load_functions(stream, fatbin, plan)?;
+    let layout = WorkspaceLayout::new(plan, extents)?;
+    let workspace = alloc_workspace(stream, kernel, layout.total)?;
+    // The workspace is used only by this call, on this stream, so no event bookkeeping is
+    // needed beyond what cudarc does when the slice is freed (in stream order).
+    let base = workspace.as_ref().map_or(0, |slice| slice.device_ptr(stream).0);
+    // SAFETY: the caller vouches for the tensors and the fatbin; the workspace is a live
+    // allocation of `layout.total` bytes that outlives the queued launches.
+    unsafe { launch_all(stream, plan, &functions, extents, inputs, outputs, (base, layout.total)) }
+}
 
-    for ((launch, grid), function) in plan.launches.iter().zip(grids).zip(&functions) {
+/// Queues every launch of `plan` on `stream` with the functions loaded for it (one per launch),
+/// through the driver's launch call: no lock, no allocation, no synchronisation.
+///
+/// # Safety
+///
+/// As for [`execute`]; in addition `workspace` is `(address, bytes)` of device memory of the
+/// stream's context that no other work uses until these launches are done (`(0, 0)` when the
+/// plan needs none).
+unsafe fn launch_all(
+    stream: &CudaStream,
+    plan: &LaunchPlan,
+    functions: &[Arc<CudaFunction>],
+    extents: &[u64],
+    inputs: &[DevPtr],
+    outputs: &[DevPtr],
+    workspace: (DevPtr, u64),
+) -> Result<(), Error> {
+    let kernel = plan.kernel;
+    if functions.len() != plan.launches.len() {
+        return Err(Error::InvalidPlan { kernel, reason: "the loaded functions do not match the launches".into() });
+    }
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::Launch { kernel, message: describe("binding the CUDA context", e) })?;
+    let cu_stream = stream.cu_stream();
+    queue_plan(plan, extents, inputs, outputs, workspace, &mut |i, grid, params| {
+        let launch = &plan.launches[i];
+        // SAFETY: the function takes exactly the parameters the plan lists, each pointer in
+        // `params` points at a live 64-bit value for the duration of the call, and the caller
+        // vouches for the memory behind the addresses.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                functions[i].cu_function(),
+                (grid[0], grid[1], grid[2]),
+                (launch.threads, 1, 1),
+                launch.smem_bytes,
+                cu_stream,
+                params,
+            )
+        }
+        .map_err(|e| Error::Launch { kernel, message: describe(&format!("launching `{}`", launch.symbol), e) })
+    })
+}
+
+/// What [`queue_plan`] calls per launch: `(launch index, grid, parameter pointers)`.
+pub(crate) type QueueFn<'q> = dyn FnMut(usize, [u32; 3], &mut [*mut c_void]) -> Result<(), Error> + 'q;
+
+/// Calls `queue(i, grid, params)` for every launch `i` of `plan` whose grid is not empty, with
+/// `params` pointing at the values of the parameters the launch lists: the core both launch
+/// paths share, kept free of allocation and of driver calls so that the host tests can check it.
+///
+/// Every grid and the workspace size are checked before the first call, so a bad extent or a
+/// small workspace queues nothing. Workspace `i` is passed as `base + offset`, from
+/// [`WorkspaceLayout`], or as a null pointer when it is empty.
+pub(crate) fn queue_plan(
+    plan: &LaunchPlan,
+    extents: &[u64],
+    inputs: &[DevPtr],
+    outputs: &[DevPtr],
+    workspace: (DevPtr, u64),
+    queue: &mut QueueFn<'_>,
+) -> Result<(), Error> {
+    let kernel = plan.kernel;
+    plan::check_call(plan, extents, inputs.len(), outputs.len())?;
+    for launch in plan.launches {
+        launch.grid_dims(kernel, extents)?;
+    }
+    let layout = WorkspaceLayout::new(plan, extents)?;
+    if layout.total > workspace.1 {
+        return Err(Error::WorkspaceTooSmall { kernel, needed: layout.total, have: workspace.1 });
+    }
+    for (i, launch) in plan.launches.iter().enumerate() {
+        let grid = launch.grid_dims(kernel, extents)?;
         if grid.contains(&0) {
             continue;
         }
-        let mut builder = stream.launch_builder(function);
-        for param in launch.params {
-            // Extents are passed through their u64 slot: the kernel reads an int64_t, and
-            // every extent is below 2^31, so the bytes are the same.
+        // Every parameter is a 64-bit value: a device address, or an extent, which the kernel
+        // reads as an int64_t (every extent is below 2^31, so the bytes are the same).
+        let mut values = [0u64; MAX_PARAMS];
+        for (slot, param) in values.iter_mut().zip(launch.params) {
             let value = match *param {
-                Param::Input(i) => inputs.get(usize::from(i)),
-                Param::Output(i) => outputs.get(usize::from(i)),
-                Param::Workspace(i) => workspace_ptrs.get(usize::from(i)),
-                Param::Extent(i) => extents.get(usize::from(i)),
+                Param::Input(i) => inputs.get(usize::from(i)).copied(),
+                Param::Output(i) => outputs.get(usize::from(i)).copied(),
+                Param::Workspace(i) => {
+                    layout.get(usize::from(i)).map(|(offset, bytes)| if bytes == 0 { 0 } else { workspace.0 + offset })
+                }
+                Param::Extent(i) => extents.get(usize::from(i)).copied(),
             };
-            let value = value.ok_or_else(|| Error::InvalidPlan {
+            *slot = value.ok_or_else(|| Error::InvalidPlan {
                 kernel,
                 reason: format!("launch `{}` has a parameter out of range", launch.symbol),
             })?;
-            builder.arg(value);
         }
-        let config = LaunchConfig {
-            grid_dim: (grid[0], grid[1], grid[2]),
-            block_dim: (launch.threads, 1, 1),
-            shared_mem_bytes: launch.smem_bytes,
-        };
-        // SAFETY: the caller guarantees the tensors behind the addresses and that the fatbin's
-        // kernel takes exactly these parameters; workspaces are live allocations of the sizes
-        // the plan asks for and stay alive (freed in stream order) until after this launch.
-        unsafe { builder.launch(config) }
-            .map_err(|e| Error::Launch { kernel, message: describe(&format!("launching `{}`", launch.symbol), e) })?;
+        let mut pointers = [std::ptr::null_mut::<c_void>(); MAX_PARAMS];
+        for (pointer, value) in pointers.iter_mut().zip(values.iter_mut()) {
+            *pointer = std::ptr::from_mut(value).cast();
+        }
+        // `validate` (through `check_call`) bounds the parameter count by MAX_PARAMS.
+        queue(i, grid, &mut pointers[..launch.params.len()])?;
     }
     Ok(())
 }
@@ -169,6 +242,141 @@ fn alloc_workspace(stream: &Arc<CudaStream>, kernel: &'static str, bytes: u64) -
     let slice = unsafe { stream.alloc::<u8>(len) }
         .map_err(|e| Error::Launch { kernel, message: describe(&format!("allocating a {bytes}-byte workspace"), e) })?;
     Ok(Some(slice))
+}
+
+/// One kernel's module and functions, loaded into a context ahead of time, with each
+/// function's shared-memory limit already raised: what a serving loop launches through.
+///
+/// [`Loaded::launch`] takes no lock and allocates nothing, and makes no driver call but
+/// binding the context and one `cuLaunchKernel` per launch of the plan, so it can be captured
+/// into a CUDA graph. Split workspaces come from the caller ([`Workspace`], sized with
+/// [`Loaded::workspace_bytes`]).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    plan: &'static LaunchPlan,
+    ctx: Arc<CudaContext>,
+    /// The function of each launch of the plan, in order.
+    functions: Vec<Arc<CudaFunction>>,
+}
+
+impl Loaded {
+    /// Loads the fatbin's functions for `plan` into `ctx`. Loading the same fatbin into the same
+    /// context again shares the module.
+    ///
+    /// # Safety
+    ///
+    /// `fatbin` must hold the kernels `plan` names, with the parameters it lists: every later
+    /// [`Loaded::launch`] relies on it. Generated `load` functions pass the fatbin built from
+    /// the same generated source as the plan.
+    pub unsafe fn new(
+        ctx: &Arc<CudaContext>,
+        fatbin: Option<&Fatbin>,
+        plan: &'static LaunchPlan,
+    ) -> Result<Self, Error> {
+        require_driver()?;
+        let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
+        plan.validate()?;
+        let functions = load_in(ctx, fatbin, plan)?;
+        Ok(Loaded { plan, ctx: Arc::clone(ctx), functions })
+    }
+
+    /// The plan this was loaded for.
+    pub fn plan(&self) -> &'static LaunchPlan {
+        self.plan
+    }
+
+    /// The bytes of workspace a launch with these dynamic extents needs (0 for most kernels;
+    /// Split-K kernels keep their partials there).
+    pub fn workspace_bytes(&self, dynamic: &[usize]) -> Result<u64, Error> {
+        workspace_bytes(self.plan, dynamic)
+    }
+
+    /// Queues the plan on `stream` with the arguments collected in `args` (built with
+    /// [`Args::new`] for this plan) and the caller's workspace.
+    ///
+    /// Errors: everything [`Args`] checks, `ContextMismatch` when the stream or workspace
+    /// belongs to another context than the one loaded into, `WorkspaceTooSmall`, `Launch`.
+    pub fn launch(&self, args: Args<'_>, workspace: &mut Workspace) -> Result<(), Error> {
+        let kernel = self.plan.kernel;
+        if !std::ptr::eq(args.plan, self.plan) {
+            return Err(Error::InvalidArguments {
+                kernel,
+                message: "the arguments were built for another plan".into(),
+            });
+        }
+        plan::check_complete(self.plan, args.n_inputs, args.n_outputs)?;
+        let ctx = args.stream.context();
+        if ctx.cu_ctx() != self.ctx.cu_ctx() {
+            return Err(Error::ContextMismatch { arg: "stream" });
+        }
+        let (base, bytes, _guard) = match workspace.buf.as_mut() {
+            Some(buf) => {
+                if buf.context().cu_ctx() != self.ctx.cu_ctx() {
+                    return Err(Error::ContextMismatch { arg: "workspace" });
+                }
+                let bytes = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+                let (ptr, guard) = buf.device_ptr_mut(args.stream);
+                (ptr, bytes, Some(guard))
+            }
+            None => (0, 0, None),
+        };
+        // SAFETY: every address in `args` comes from a buffer borrowed for the builder's
+        // lifetime in this context, checked against the declaration; outputs come from `&mut`
+        // borrows; the workspace is borrowed mutably for this call and its guard is dropped
+        // after the launches are queued; `Loaded::new`'s caller vouched that the functions
+        // take the parameters the plan lists.
+        let queued = unsafe {
+            launch_all(
+                args.stream,
+                self.plan,
+                &self.functions,
+                &args.extents,
+                &args.inputs[..args.n_inputs],
+                &args.outputs[..args.n_outputs],
+                (base, bytes),
+            )
+        };
+        // The buffers' guards record this launch's reads and writes now that it is queued.
+        drop(args);
+        queued
+    }
+}
+
+/// The workspace bytes `plan` needs for these dynamic extents.
+pub fn workspace_bytes(plan: &LaunchPlan, dynamic: &[usize]) -> Result<u64, Error> {
+    let extents = Extents::new(plan, dynamic)?;
+    Ok(WorkspaceLayout::new(plan, &extents)?.total)
+}
+
+/// Scratch device memory a caller lends to [`Loaded::launch`] for Split-K partials, so that
+/// the launch itself allocates nothing. One workspace serves any kernel whose
+/// `workspace_bytes` it covers, one launch at a time (launches on one stream are ordered).
+#[derive(Debug, Default)]
+pub struct Workspace {
+    buf: Option<CudaSlice<u8>>,
+}
+
+impl Workspace {
+    /// No memory, for kernels that need none.
+    pub const fn none() -> Self {
+        Workspace { buf: None }
+    }
+
+    /// `bytes` bytes allocated on `stream` (nothing for 0).
+    pub fn alloc(stream: &Arc<CudaStream>, bytes: u64) -> Result<Self, Error> {
+        require_driver()?;
+        Ok(Workspace { buf: alloc_workspace(stream, "workspace", bytes)? })
+    }
+
+    /// Wraps a buffer the caller allocated.
+    pub fn from_slice(buf: CudaSlice<u8>) -> Self {
+        Workspace { buf: Some(buf) }
+    }
+
+    /// Its size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.buf.as_ref().map_or(0, |b| u64::try_from(b.len()).unwrap_or(u64::MAX))
+    }
 }
 
 /// A module loaded into one context, with the functions fetched from it so far.
@@ -191,8 +399,12 @@ static MODULES: LazyLock<Mutex<HashMap<ModuleKey, LoadedModule>>> = LazyLock::ne
 /// The functions for every launch of `plan`, loading the module and functions on first use and
 /// raising each function's dynamic shared memory limit as far as the plan needs.
 fn load_functions(stream: &CudaStream, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Vec<Arc<CudaFunction>>, Error> {
+    load_in(stream.context(), fatbin, plan)
+}
+
+/// The functions for every launch of `plan` in `ctx`, through the module cache.
+fn load_in(ctx: &Arc<CudaContext>, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Vec<Arc<CudaFunction>>, Error> {
     let kernel = plan.kernel;
-    let ctx = stream.context();
     // Function lookups and attribute changes act on the current context.
     ctx.bind_to_thread().map_err(|e| Error::Launch { kernel, message: describe("binding the CUDA context", e) })?;
     let key = (ctx.cu_ctx() as usize, fatbin.image.as_ptr() as usize, fatbin.image.len());
@@ -267,17 +479,30 @@ fn describe(step: &str, err: DriverError) -> String {
 /// Each argument is checked against the declaration (dtype, exact length, same context) as it
 /// is added. The builder takes part in cudarc's stream synchronisation: an input waits for
 /// earlier writes, an output for earlier reads and writes, and the reads and writes of this
-/// launch are recorded when it is done.
-#[derive(Debug)]
+/// launch are recorded when it is done. Its tables are inline, so building it allocates
+/// nothing.
 pub struct Args<'a> {
     plan: &'a LaunchPlan,
     stream: &'a Arc<CudaStream>,
-    extents: Vec<u64>,
-    inputs: Vec<DevPtr>,
-    outputs: Vec<DevPtr>,
+    extents: Extents,
+    inputs: [DevPtr; MAX_TENSORS],
+    n_inputs: usize,
+    outputs: [DevPtr; MAX_TENSORS],
+    n_outputs: usize,
     /// Record this launch's reads and writes on the buffers' events when dropped, which
     /// happens after the kernels are queued.
-    guards: Vec<SyncOnDrop<'a>>,
+    guards: [Option<SyncOnDrop<'a>>; MAX_TENSORS],
+}
+
+impl std::fmt::Debug for Args<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("kernel", &self.plan.kernel)
+            .field("extents", &self.extents)
+            .field("inputs", &&self.inputs[..self.n_inputs])
+            .field("outputs", &&self.outputs[..self.n_outputs])
+            .finish()
+    }
 }
 
 impl<'a> Args<'a> {
@@ -285,14 +510,15 @@ impl<'a> Args<'a> {
     /// order.
     pub fn new(plan: &'a LaunchPlan, stream: &'a Arc<CudaStream>, dynamic: &[usize]) -> Result<Self, Error> {
         require_driver()?;
-        let io = plan.inputs.len() + plan.outputs.len();
         Ok(Self {
             plan,
             stream,
-            extents: plan::extents(plan, dynamic)?,
-            inputs: Vec::with_capacity(plan.inputs.len()),
-            outputs: Vec::with_capacity(plan.outputs.len()),
-            guards: Vec::with_capacity(io),
+            extents: Extents::new(plan, dynamic)?,
+            inputs: [0; MAX_TENSORS],
+            n_inputs: 0,
+            outputs: [0; MAX_TENSORS],
+            n_outputs: 0,
+            guards: std::array::from_fn(|_| None),
         })
     }
 
@@ -304,28 +530,25 @@ impl<'a> Args<'a> {
     /// Adds the next declared input: a `CudaSlice`, `CudaView` or `CudaViewMut`.
     pub fn input<T: Element, S: DevicePtr<T>>(&mut self, buf: &'a S) -> Result<&mut Self, Error> {
         let name =
-            plan::check_arg(self.plan, &self.extents, Role::Input, self.inputs.len(), T::DTYPE, DeviceSlice::len(buf))?;
+            plan::check_arg(self.plan, &self.extents, Role::Input, self.n_inputs, T::DTYPE, DeviceSlice::len(buf))?;
         self.check_context(DeviceSlice::stream(buf), name)?;
         let (ptr, guard) = buf.device_ptr(self.stream);
-        self.inputs.push(ptr);
-        self.guards.push(guard);
+        // `check_arg` accepted the index, so it is below the declared count (≤ MAX_TENSORS).
+        self.inputs[self.n_inputs] = ptr;
+        self.guards[self.n_inputs + self.n_outputs] = Some(guard);
+        self.n_inputs += 1;
         Ok(self)
     }
 
     /// Adds the next declared output: a `CudaSlice` or `CudaViewMut`.
     pub fn output<T: Element, S: DevicePtrMut<T>>(&mut self, buf: &'a mut S) -> Result<&mut Self, Error> {
-        let name = plan::check_arg(
-            self.plan,
-            &self.extents,
-            Role::Output,
-            self.outputs.len(),
-            T::DTYPE,
-            DeviceSlice::len(buf),
-        )?;
+        let name =
+            plan::check_arg(self.plan, &self.extents, Role::Output, self.n_outputs, T::DTYPE, DeviceSlice::len(buf))?;
         self.check_context(DeviceSlice::stream(buf), name)?;
         let (ptr, guard) = buf.device_ptr_mut(self.stream);
-        self.outputs.push(ptr);
-        self.guards.push(guard);
+        self.outputs[self.n_outputs] = ptr;
+        self.guards[self.n_inputs + self.n_outputs] = Some(guard);
+        self.n_outputs += 1;
         Ok(self)
     }
 
@@ -337,19 +560,175 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// Queues the plan's kernels on the stream. `fatbin` is `None` when the crate was built
-    /// without nvcc, which gives [`Error::NotBuilt`].
+    /// Queues the plan's kernels on the stream, loading the module through the process-wide
+    /// cache and allocating any workspace on the stream. `fatbin` is `None` when the crate was
+    /// built without nvcc, which gives [`Error::NotBuilt`].
     ///
     /// # Safety
     ///
     /// `fatbin` must hold the kernels this plan was generated with. Generated launchers pass
     /// the fatbin built from the same generated source as the plan.
     pub unsafe fn launch(self, fatbin: Option<&Fatbin>) -> Result<(), Error> {
-        plan::check_complete(self.plan, self.inputs.len(), self.outputs.len())?;
+        plan::check_complete(self.plan, self.n_inputs, self.n_outputs)?;
         // SAFETY: every address comes from a buffer borrowed for 'a in the stream's context,
         // whose dtype and length were checked against the declaration for these extents, and
         // outputs come from `&mut` borrows, so they overlap nothing else; the caller vouches
         // for the fatbin. `self.guards` is dropped after this call returns.
-        unsafe { execute(self.stream, fatbin, self.plan, &self.extents, &self.inputs, &self.outputs) }
+        unsafe {
+            execute(
+                self.stream,
+                fatbin,
+                self.plan,
+                &self.extents,
+                &self.inputs[..self.n_inputs],
+                &self.outputs[..self.n_outputs],
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The launch core, run on the host with a recording queue in place of the driver: it
+    //! passes the parameters the plan lists, checks everything before the first launch, and
+    //! allocates nothing (counted by a per-thread allocator).
+
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::plan::{Axis, DType, DimSpec, Factor, Product, TensorSpec, WorkspaceSpec, WORKSPACE_ALIGN};
+
+    /// The system allocator, counting the allocations of each thread, so that one test's
+    /// count is not disturbed by tests running on other threads.
+    struct Counting;
+
+    thread_local! {
+        static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn count() {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count();
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    fn allocations_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
+        let before = ALLOCATIONS.with(Cell::get);
+        let r = f();
+        (r, ALLOCATIONS.with(Cell::get) - before)
+    }
+
+    /// A Split-K row sum over a dynamic `k`, with two workspaces (partials and a scratch one of
+    /// odd size, so the second starts at an aligned offset), a split launch and a combine.
+    static PLAN: LaunchPlan = LaunchPlan {
+        kernel: "rowsum",
+        dims: &[DimSpec { name: "m", value: 3, dynamic: false }, DimSpec { name: "k", value: 100, dynamic: true }],
+        inputs: &[TensorSpec { name: "x", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1)] }],
+        outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::One] }],
+        workspaces: &[
+            WorkspaceSpec { elem_bytes: 4, len: Product(&[Factor::Dim(0), Factor::CeilDiv(1, 64)]) },
+            WorkspaceSpec { elem_bytes: 2, len: Product(&[Factor::Const(3)]) },
+        ],
+        launches: &[
+            KernelLaunch {
+                symbol: "split",
+                grid: [Product(&[Factor::Dim(0)]), Product(&[Factor::CeilDiv(1, 64)]), Product(&[])],
+                threads: 64,
+                smem_bytes: 0,
+                params: &[Param::Input(0), Param::Workspace(0), Param::Workspace(1), Param::Extent(1)],
+            },
+            KernelLaunch {
+                symbol: "combine",
+                grid: [Product(&[Factor::Dim(0)]), Product(&[]), Product(&[])],
+                threads: 32,
+                smem_bytes: 0,
+                params: &[Param::Workspace(0), Param::Output(0), Param::Extent(0), Param::Extent(1)],
+            },
+        ],
+    };
+
+    type Recorded = (usize, [u32; 3], [u64; 4]);
+
+    /// Runs the core with a queue that records each launch's index, grid and parameter values
+    /// into `log` (whose capacity the caller reserves, so recording allocates nothing).
+    fn run(dynamic: &[usize], workspace: (DevPtr, u64), log: &mut Vec<Recorded>) -> Result<(), Error> {
+        let extents = Extents::new(&PLAN, dynamic)?;
+        queue_plan(&PLAN, &extents, &[0x1000], &[0x2000], workspace, &mut |i, grid, params| {
+            let mut values = [0u64; 4];
+            for (v, p) in values.iter_mut().zip(params.iter()) {
+                // SAFETY: the core hands out pointers to live 64-bit parameter values.
+                *v = unsafe { *p.cast::<u64>() };
+            }
+            log.push((i, grid, values));
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn the_launch_core_passes_the_listed_parameters_without_allocating() {
+        let extents = Extents::new(&PLAN, &[130]).unwrap();
+        let layout = WorkspaceLayout::new(&PLAN, &extents).unwrap();
+        // 3 rows × ceil(130 / 64) = 9 partials of 4 bytes, then 3 × 2 bytes at the next
+        // aligned offset.
+        assert_eq!(layout.get(0), Some((0, 36)));
+        assert_eq!(layout.get(1), Some((WORKSPACE_ALIGN, 6)));
+        assert_eq!(layout.total, WORKSPACE_ALIGN + 6);
+        assert_eq!(workspace_bytes(&PLAN, &[130]).unwrap(), WORKSPACE_ALIGN + 6);
+
+        let mut log = Vec::with_capacity(8);
+        let base = 0x10_0000;
+        let (result, allocations) = allocations_during(|| run(&[130], (base, layout.total), &mut log));
+        result.unwrap();
+        assert_eq!(allocations, 0, "the launch core allocated");
+        assert_eq!(
+            log,
+            [(0, [3, 3, 1], [0x1000, base, base + WORKSPACE_ALIGN, 130]), (1, [3, 1, 1], [base, 0x2000, 3, 130]),]
+        );
+    }
+
+    #[test]
+    fn the_launch_core_checks_everything_before_the_first_launch() {
+        let mut log = Vec::new();
+        let needed = workspace_bytes(&PLAN, &[130]).unwrap();
+        let err = run(&[130], (0x10_0000, needed - 1), &mut log).unwrap_err();
+        assert!(
+            matches!(err, Error::WorkspaceTooSmall { kernel: "rowsum", needed: n, have } if n == needed && have == needed - 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("workspace_bytes"), "{err}");
+        assert!(matches!(run(&[0], (0x10_0000, needed), &mut log), Err(Error::InvalidExtent { dim: "k", .. })));
+        assert!(matches!(run(&[1, 2], (0x10_0000, needed), &mut log), Err(Error::DynamicCount { .. })));
+        assert!(log.is_empty(), "a failed call queued {log:?}");
+        // A grid beyond CUDA's limit along y (ceil(k / 64) > 65535) also queues nothing, even
+        // though the first launch's grid.x is fine.
+        let big = 64 * 65_536;
+        let bytes = workspace_bytes(&PLAN, &[big]).unwrap();
+        assert!(matches!(run(&[big], (0x10_0000, bytes), &mut log), Err(Error::GridTooLarge { axis: 'y', .. })));
+        assert!(log.is_empty(), "a failed call queued {log:?}");
     }
 }

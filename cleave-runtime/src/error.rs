@@ -70,6 +70,16 @@ pub enum Error {
         got: usize,
     },
 
+    /// A tensor handed to a framework adapter (candle) does not fit the declaration: its rank,
+    /// an extent, its element type, its layout or its device.
+    #[error("argument `{arg}`: {message}")]
+    Argument {
+        /// The argument's declared name.
+        arg: &'static str,
+        /// What is wrong, with the shape or type that was passed.
+        message: String,
+    },
+
     /// A buffer has a different element type than the declaration.
     #[error("argument `{arg}` holds {got} elements, but the kernel declares it as {expected}")]
     DTypeMismatch {
@@ -161,6 +171,20 @@ pub enum Error {
         kernel: &'static str,
         /// The requested size.
         bytes: u64,
+    },
+
+    /// A caller-provided workspace is smaller than the plan needs for these extents.
+    #[error(
+        "kernel `{kernel}` needs a {needed}-byte workspace for these extents, but the one given has {have} bytes; \
+         size it with `workspace_bytes`"
+    )]
+    WorkspaceTooSmall {
+        /// The declared kernel name.
+        kernel: &'static str,
+        /// The bytes the plan needs.
+        needed: u64,
+        /// The bytes of the workspace that was passed.
+        have: u64,
     },
 
     /// A CUDA driver call failed while loading or launching.

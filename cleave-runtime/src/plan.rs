@@ -25,6 +25,21 @@ pub const MAX_GRID: [u64; 3] = [(1 << 31) - 1, 65_535, 65_535];
 /// CUDA's limit on threads per block.
 pub const MAX_THREADS: u32 = 1024;
 
+/// Most dims of a plan. The per-call tables of a launch (extents, pointers, parameters) are
+/// fixed-size arrays bounded by these limits, so that a launch allocates nothing; the code
+/// generator refuses plans beyond them.
+pub const MAX_DIMS: usize = 128;
+/// Most inputs plus outputs of a plan (the front end allows 64).
+pub const MAX_TENSORS: usize = 64;
+/// Most workspaces of a plan.
+pub const MAX_WORKSPACES: usize = 64;
+/// Most parameters of one kernel launch.
+pub const MAX_PARAMS: usize = 256;
+
+/// The alignment of each workspace inside the one buffer that holds them all: the alignment
+/// CUDA's allocators give, so that a workspace is as aligned as its own allocation would be.
+pub const WORKSPACE_ALIGN: u64 = 256;
+
 /// The launch sequence of one declared kernel.
 #[derive(Debug, Clone, Copy)]
 pub struct LaunchPlan {
@@ -246,6 +261,14 @@ impl LaunchPlan {
     /// command-line tool) fails with an error instead of an out-of-bounds access.
     pub fn validate(&self) -> Result<(), Error> {
         let fail = |reason: String| Err(Error::InvalidPlan { kernel: self.kernel, reason });
+        let counts = [
+            ("dims", self.dims.len(), MAX_DIMS),
+            ("inputs and outputs", self.inputs.len() + self.outputs.len(), MAX_TENSORS),
+            ("workspaces", self.workspaces.len(), MAX_WORKSPACES),
+        ];
+        if let Some((what, n, limit)) = counts.into_iter().find(|&(_, n, limit)| n > limit) {
+            return fail(format!("the plan has {n} {what}; the runtime takes at most {limit}"));
+        }
         let dim_ok = |d: u16| usize::from(d) < self.dims.len();
         for tensor in self.inputs.iter().chain(self.outputs) {
             if let Some(Axis::Dim(d)) = tensor.shape.iter().find(|a| matches!(a, Axis::Dim(d) if !dim_ok(*d))) {
@@ -275,6 +298,12 @@ impl LaunchPlan {
             }
             if launch.threads == 0 || launch.threads > MAX_THREADS {
                 return fail(format!("launch `{symbol}` has {} threads per block (1..=1024)", launch.threads));
+            }
+            if launch.params.len() > MAX_PARAMS {
+                return fail(format!(
+                    "launch `{symbol}` has {} parameters (at most {MAX_PARAMS})",
+                    launch.params.len()
+                ));
             }
             if !launch.grid.iter().all(product_ok) {
                 return fail(format!("launch `{symbol}` has a grid that refers to a missing dim or divides by zero"));
@@ -306,31 +335,202 @@ impl LaunchPlan {
 /// Every extent must lie in `1..=2^31-1`, and every input and output must stay within 2^48
 /// elements; the plan itself is validated too.
 pub fn extents(plan: &LaunchPlan, dynamic: &[usize]) -> Result<Vec<u64>, Error> {
-    plan.validate()?;
-    let expected = plan.dynamic_dims().count();
-    if dynamic.len() != expected {
-        let names: Vec<&str> = plan.dynamic_dims().map(|d| d.name).collect();
-        return Err(Error::DynamicCount { kernel: plan.kernel, names: names.join(", "), expected, got: dynamic.len() });
+    Extents::new(plan, dynamic).map(|e| e.to_vec())
+}
+
+/// The extent of every dim of a plan for one call, held inline: computing them allocates
+/// nothing, which the hot launch path relies on.
+#[derive(Clone, Copy)]
+pub struct Extents {
+    len: usize,
+    values: [u64; MAX_DIMS],
+}
+
+impl Extents {
+    /// What [`extents`] computes, without allocating (except for the message of an error).
+    pub fn new(plan: &LaunchPlan, dynamic: &[usize]) -> Result<Self, Error> {
+        plan.validate()?;
+        let expected = plan.dynamic_dims().count();
+        if dynamic.len() != expected {
+            let names: Vec<&str> = plan.dynamic_dims().map(|d| d.name).collect();
+            return Err(Error::DynamicCount {
+                kernel: plan.kernel,
+                names: names.join(", "),
+                expected,
+                got: dynamic.len(),
+            });
+        }
+        let mut given = dynamic.iter();
+        let mut out = Extents { len: plan.dims.len(), values: [0; MAX_DIMS] };
+        // `validate` bounds the dim count by MAX_DIMS, so the zip covers every dim.
+        for (dim, slot) in plan.dims.iter().zip(&mut out.values) {
+            // The count check above guarantees one given value per dynamic dim.
+            let value = match dim.dynamic.then(|| given.next()).flatten() {
+                Some(&v) => u64::try_from(v).map_err(|_| Error::InvalidExtent {
+                    dim: dim.name,
+                    value: u64::MAX,
+                    reason: "extents must be at most 2^31-1",
+                })?,
+                None => dim.value,
+            };
+            check_extent(dim.name, value)?;
+            *slot = value;
+        }
+        for tensor in plan.inputs.iter().chain(plan.outputs) {
+            tensor.elements(plan, &out)?;
+        }
+        Ok(out)
     }
-    let mut given = dynamic.iter();
-    let mut out = Vec::with_capacity(plan.dims.len());
-    for dim in plan.dims {
-        // The count check above guarantees one given value per dynamic dim.
-        let value = match dim.dynamic.then(|| given.next()).flatten() {
-            Some(&v) => u64::try_from(v).map_err(|_| Error::InvalidExtent {
-                dim: dim.name,
-                value: u64::MAX,
-                reason: "extents must be at most 2^31-1",
-            })?,
-            None => dim.value,
+}
+
+impl std::ops::Deref for Extents {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        &self.values[..self.len]
+    }
+}
+
+impl fmt::Debug for Extents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// The byte offset of each workspace inside one buffer holding them all, each aligned to
+/// [`WORKSPACE_ALIGN`], and the buffer's total size; without allocating.
+#[derive(Clone, Copy)]
+pub struct WorkspaceLayout {
+    len: usize,
+    offsets: [u64; MAX_WORKSPACES],
+    sizes: [u64; MAX_WORKSPACES],
+    /// The bytes a buffer must have to hold every workspace (0 when none is needed).
+    pub total: u64,
+}
+
+impl WorkspaceLayout {
+    /// The layout for these extents; an `Overflow` error when a size does not fit in `u64`.
+    pub fn new(plan: &LaunchPlan, extents: &[u64]) -> Result<Self, Error> {
+        let kernel = plan.kernel;
+        if plan.workspaces.len() > MAX_WORKSPACES {
+            return Err(Error::InvalidPlan { kernel, reason: format!("more than {MAX_WORKSPACES} workspaces") });
+        }
+        let mut layout = WorkspaceLayout {
+            len: plan.workspaces.len(),
+            offsets: [0; MAX_WORKSPACES],
+            sizes: [0; MAX_WORKSPACES],
+            total: 0,
         };
-        check_extent(dim.name, value)?;
-        out.push(value);
+        for (i, ws) in plan.workspaces.iter().enumerate() {
+            let overflow = || Error::Overflow { kernel, quantity: format!("the size of workspace {i}") };
+            let bytes = ws.bytes(extents).ok_or_else(overflow)?;
+            let start = layout.total.checked_next_multiple_of(WORKSPACE_ALIGN).ok_or_else(overflow)?;
+            layout.offsets[i] = start;
+            layout.sizes[i] = bytes;
+            layout.total = start.checked_add(bytes).ok_or_else(overflow)?;
+        }
+        Ok(layout)
     }
-    for tensor in plan.inputs.iter().chain(plan.outputs) {
-        tensor.elements(plan, &out)?;
+
+    /// The byte offset of workspace `i` and its size, or `None` for an index out of range.
+    pub fn get(&self, i: usize) -> Option<(u64, u64)> {
+        (i < self.len).then(|| (self.offsets[i], self.sizes[i]))
     }
-    Ok(out)
+}
+
+impl fmt::Debug for WorkspaceLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<(u64, u64)> = (0..self.len).filter_map(|i| self.get(i)).collect();
+        f.debug_struct("WorkspaceLayout").field("parts", &parts).field("total", &self.total).finish()
+    }
+}
+
+/// The dynamic extents, in declaration order, that the shapes of the inputs imply: what a
+/// framework adapter passes as `dims` when its tensors carry their shapes.
+///
+/// Each shape must have the declared rank, a static axis the declared extent, a broadcast
+/// axis extent 1, and every axis of one dynamic dim the same extent across all inputs. A
+/// dynamic dim that no input uses cannot be inferred and is an error. The errors name the
+/// argument, the axis and both extents.
+pub fn dynamic_from_shapes(plan: &LaunchPlan, shapes: &[&[usize]]) -> Result<Vec<usize>, Error> {
+    plan.validate()?;
+    if shapes.len() != plan.inputs.len() {
+        return Err(Error::InvalidArguments {
+            kernel: plan.kernel,
+            message: format!("{} inputs were passed, but the kernel declares {}", shapes.len(), plan.inputs.len()),
+        });
+    }
+    // For each dim: the extent seen so far and the argument it came from.
+    let mut bound: Vec<Option<(usize, &'static str)>> = vec![None; plan.dims.len()];
+    for (spec, shape) in plan.inputs.iter().zip(shapes) {
+        let arg = spec.name;
+        if shape.len() != spec.shape.len() {
+            return Err(Error::Argument {
+                arg,
+                message: format!(
+                    "has shape {shape:?} with {} axes, but the kernel declares {} axes {}",
+                    shape.len(),
+                    spec.shape.len(),
+                    show_shape(plan, spec)
+                ),
+            });
+        }
+        for (axis, (declared, &extent)) in spec.shape.iter().zip(shape.iter()).enumerate() {
+            let mismatch = |want: String| Error::Argument {
+                arg,
+                message: format!(
+                    "has shape {shape:?}, but the kernel declares {}: axis {axis} must be {want}",
+                    show_shape(plan, spec)
+                ),
+            };
+            match *declared {
+                Axis::One if extent != 1 => return Err(mismatch("1".into())),
+                Axis::One => {}
+                Axis::Dim(d) => {
+                    let dim = &plan.dims[usize::from(d)];
+                    let slot = &mut bound[usize::from(d)];
+                    if !dim.dynamic {
+                        if u64::try_from(extent).ok() != Some(dim.value) {
+                            return Err(mismatch(format!("{} (`{}`)", dim.value, dim.name)));
+                        }
+                    } else if let Some((seen, from)) = *slot {
+                        if seen != extent {
+                            return Err(mismatch(format!("{seen}, the extent of `{}` in `{from}`", dim.name)));
+                        }
+                    } else {
+                        *slot = Some((extent, arg));
+                    }
+                }
+            }
+        }
+    }
+    plan.dims
+        .iter()
+        .zip(&bound)
+        .filter(|(dim, _)| dim.dynamic)
+        .map(|(dim, slot)| {
+            slot.map(|(extent, _)| extent).ok_or_else(|| Error::InvalidArguments {
+                kernel: plan.kernel,
+                message: format!(
+                    "dynamic dim `{}` appears in no input, so its extent cannot be read from the inputs' shapes",
+                    dim.name
+                ),
+            })
+        })
+        .collect()
+}
+
+/// A declared shape with its dim names: `[h, s, 1]`.
+fn show_shape(plan: &LaunchPlan, spec: &TensorSpec) -> String {
+    let names: Vec<&str> = spec
+        .shape
+        .iter()
+        .map(|a| match *a {
+            Axis::One => "1",
+            Axis::Dim(d) => plan.dims.get(usize::from(d)).map_or("?", |dim| dim.name),
+        })
+        .collect();
+    format!("[{}]", names.join(", "))
 }
 
 /// Rejects an extent of zero or above [`MAX_EXTENT`].
@@ -436,4 +636,78 @@ pub(crate) fn check_call(plan: &LaunchPlan, extents: &[u64], inputs: usize, outp
         check_extent(dim.name, value)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `q: f16[h, s, d]` and `k: f16[h, l, d]` with dynamic `s` and `l`, and a broadcast axis.
+    static PLAN: LaunchPlan = LaunchPlan {
+        kernel: "attn",
+        dims: &[
+            DimSpec { name: "h", value: 2, dynamic: false },
+            DimSpec { name: "s", value: 64, dynamic: true },
+            DimSpec { name: "l", value: 128, dynamic: true },
+            DimSpec { name: "d", value: 8, dynamic: false },
+        ],
+        inputs: &[
+            TensorSpec { name: "q", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(3)] },
+            TensorSpec { name: "k", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(2), Axis::Dim(3)] },
+            TensorSpec { name: "m", dtype: DType::F32, shape: &[Axis::One, Axis::Dim(2)] },
+        ],
+        outputs: &[],
+        workspaces: &[],
+        launches: &[],
+    };
+
+    #[test]
+    fn dynamic_extents_are_read_from_the_shapes() {
+        let got = dynamic_from_shapes(&PLAN, &[&[2, 5, 8], &[2, 77, 8], &[1, 77]]).unwrap();
+        assert_eq!(got, [5, 77]);
+    }
+
+    #[test]
+    fn shapes_that_contradict_the_declaration_are_located_errors() {
+        let err = |shapes: &[&[usize]]| dynamic_from_shapes(&PLAN, shapes).unwrap_err().to_string();
+        assert_eq!(
+            err(&[&[2, 5, 8], &[2, 77], &[1, 77]]),
+            "argument `k`: has shape [2, 77] with 2 axes, but the kernel declares 3 axes [h, l, d]"
+        );
+        assert_eq!(
+            err(&[&[3, 5, 8], &[2, 77, 8], &[1, 77]]),
+            "argument `q`: has shape [3, 5, 8], but the kernel declares [h, s, d]: axis 0 must be 2 (`h`)"
+        );
+        assert_eq!(
+            err(&[&[2, 5, 8], &[2, 77, 8], &[1, 76]]),
+            "argument `m`: has shape [1, 76], but the kernel declares [1, l]: axis 1 must be 77, the extent of `l` in `k`"
+        );
+        assert_eq!(
+            err(&[&[2, 5, 8], &[2, 77, 8], &[2, 77]]),
+            "argument `m`: has shape [2, 77], but the kernel declares [1, l]: axis 0 must be 1"
+        );
+        assert_eq!(err(&[&[2, 5, 8]]), "kernel `attn`: 1 inputs were passed, but the kernel declares 3");
+    }
+
+    #[test]
+    fn a_dynamic_dim_no_input_uses_cannot_be_inferred() {
+        static OUT_ONLY: LaunchPlan = LaunchPlan {
+            kernel: "fill",
+            dims: &[DimSpec { name: "n", value: 4, dynamic: true }],
+            inputs: &[],
+            outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0)] }],
+            workspaces: &[],
+            launches: &[],
+        };
+        let err = dynamic_from_shapes(&OUT_ONLY, &[]).unwrap_err().to_string();
+        assert!(err.contains("dynamic dim `n` appears in no input"), "{err}");
+    }
+
+    #[test]
+    fn extents_are_computed_inline() {
+        let e = Extents::new(&PLAN, &[5, 77]).unwrap();
+        assert_eq!(&*e, &[2, 5, 77, 8]);
+        assert_eq!(extents(&PLAN, &[5, 77]).unwrap(), [2, 5, 77, 8]);
+        assert_eq!(format!("{e:?}"), "[2, 5, 77, 8]");
+    }
 }

@@ -564,19 +564,23 @@ inline bool in_smem(const Worker& w, const void* p) {
 inline void check_global(Worker& w, const void* base, const void* p, size_t n, const char* what, uint32_t line) {
   if (!(w.checks & CLEAVE_EMU_CHECK_BOUNDS) || w.nbuffers == 0) return;
   auto b = reinterpret_cast<uintptr_t>(base), a = reinterpret_cast<uintptr_t>(p);
+  // A buffer's end counts as inside it, so that a pointer one past the last element (or the
+  // base of an empty buffer) still names the buffer it came from. Buffers may be adjacent
+  // (views of one allocation, such as q, k and v cut from one qkv tensor), so a base at one
+  // buffer's end and the next one's start names whichever holds the access.
+  const cleave_emu_buffer* named = nullptr;
   for (uint32_t i = 0; i < w.nbuffers; ++i) {
     const cleave_emu_buffer& buf = w.buffers[i];
     auto lo = reinterpret_cast<uintptr_t>(buf.base), hi = lo + buf.bytes;
-    // A buffer's end counts as inside it, so that a pointer one past the last element (or the
-    // base of an empty buffer) still names the buffer it came from.
     if (b < lo || b > hi) continue;
-    if (a < lo || a + n > hi) {
-      fail_at(w, *w.cur,
-              "out of bounds: %s at line %u touches bytes %lld..%lld of `%s`, which has %llu bytes", what, line,
-              (long long)(a - lo), (long long)(a - lo + n) - 1, buf.name ? buf.name : "?",
-              (unsigned long long)buf.bytes);
-    }
-    return;
+    if (a >= lo && a + n <= hi) return;
+    if (!named) named = &buf;
+  }
+  if (named) {
+    auto lo = reinterpret_cast<uintptr_t>(named->base);
+    fail_at(w, *w.cur, "out of bounds: %s at line %u touches bytes %lld..%lld of `%s`, which has %llu bytes", what,
+            line, (long long)(a - lo), (long long)(a - lo + n) - 1, named->name ? named->name : "?",
+            (unsigned long long)named->bytes);
   }
   // No buffer holds the address: name the nearest one that starts below it.
   const cleave_emu_buffer* near = nullptr;

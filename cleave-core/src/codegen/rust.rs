@@ -5,7 +5,12 @@
 //! - `Dims`, one `usize` field per dynamic axis, in declaration order;
 //! - `PLAN`, the runtime's `LaunchPlan` as a `static`;
 //! - `FATBIN`, the embedded GPU binary (`None` when the crate was built without nvcc);
-//! - `launch(stream, inputs.., outputs.., dims)`, which runs the plan on a CUDA stream;
+//! - `launch(stream, inputs.., outputs.., dims)`, which runs the plan on a CUDA stream,
+//!   loading the module through the runtime's process-wide cache;
+//! - `load(ctx)`, which loads the module ahead of time into a `Kernel` whose `launch` takes no
+//!   lock and allocates nothing (a caller-provided workspace of `workspace_bytes(dims)` bytes);
+//! - `candle_forward(tensors..)`, through the `cleave::__candle_forward!` macro, which expands
+//!   to the function when `cleave` is built with its `candle` feature and to nothing otherwise;
 //! - `run_host(inputs.., outputs.., dims)`, which runs the same plan through the host-emulation
 //!   build of the same CUDA source.
 //!
@@ -26,6 +31,17 @@ pub const RUNTIME: &str = "::cleave::runtime";
 /// A fingerprint of cleave-core's sources and headers, computed when cleave-core is built:
 /// caches of generated code key on it, so any change to the generator invalidates them.
 pub const GENERATOR_FINGERPRINT: &str = env!("CLEAVE_CORE_FINGERPRINT");
+
+/// The runtime's limits on a plan (`cleave_runtime::plan::MAX_*`), within which a launch keeps
+/// its per-call tables on the stack. cleave-core does not depend on the runtime, so they are
+/// restated here; a test of the facade checks that both agree.
+pub const RUNTIME_MAX_DIMS: usize = 128;
+/// See [`RUNTIME_MAX_DIMS`].
+pub const RUNTIME_MAX_TENSORS: usize = 64;
+/// See [`RUNTIME_MAX_DIMS`].
+pub const RUNTIME_MAX_WORKSPACES: usize = 64;
+/// See [`RUNTIME_MAX_DIMS`].
+pub const RUNTIME_MAX_PARAMS: usize = 256;
 
 /// The seed handed to the host emulator; fixed, so `run_host` is deterministic.
 const HOST_SEED: u64 = 0;
@@ -59,6 +75,12 @@ const TAKEN: &[&str] = &[
     "host_entry",
     "launch",
     "run_host",
+    "load",
+    "Kernel",
+    "workspace",
+    "workspace_bytes",
+    "candle_forward",
+    "self",
     "None",
     "Some",
     "Ok",
@@ -94,6 +116,7 @@ pub fn format(text: &str) -> Result<String, String> {
 /// Why each generated `unsafe` block is sound, keyed by how the block starts.
 const SAFETY: &[(&str, &str)] = &[
     ("unsafe { args.launch(", "FATBIN was compiled from the same generated source as PLAN."),
+    ("let loaded = unsafe {", "FATBIN was compiled from the same generated source as PLAN."),
     (
         "unsafe { args.run(",
         "HOST holds the host-emulation build of the same generated source as PLAN, one entry point per launch, in order.",
@@ -153,6 +176,19 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     }
     if spec.decl.name != *kernel {
         return fail(format!("the declaration is named `{}`", spec.decl.name));
+    }
+    let counts = [
+        ("dims", plan.dims.len(), RUNTIME_MAX_DIMS),
+        ("inputs and outputs", plan.inputs.len() + plan.outputs.len(), RUNTIME_MAX_TENSORS),
+        ("workspaces", plan.workspaces.len(), RUNTIME_MAX_WORKSPACES),
+        (
+            "parameters in one launch",
+            plan.launches.iter().map(|l| l.params.len()).max().unwrap_or(0),
+            RUNTIME_MAX_PARAMS,
+        ),
+    ];
+    if let Some((what, n, limit)) = counts.into_iter().find(|&(_, n, limit)| n > limit) {
+        return fail(format!("the plan has {n} {what}; the runtime takes at most {limit}"));
     }
     let rt = RUNTIME;
     let driver = format!("{rt}::cudarc::driver");
@@ -244,10 +280,21 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     // The runtime extents, so that a launcher's docs say which axes one compile serves.
     let runtime: Vec<String> =
         plan.dims.iter().filter(|d| d.dynamic).map(|d| format!("`{}` (scheduled for {})", d.name, d.value)).collect();
-    let shape_docs = |out: &mut String| {
+    let tensor_lines = |out: &mut String| {
         for (_, t) in inputs.iter().chain(&outputs) {
             doc(out, &format!("- `{}`: `{}{}`", t.name, t.dtype.name(), show_shape(plan, t)));
         }
+    };
+    // A launcher's signature; one without dynamic dims leaves its `dims` unused on purpose.
+    let open_fn = |out: &mut String, name: &str, params: &[String], ret: &str| {
+        let _ =
+            writeln!(out, "pub fn {name}({}) -> ::core::result::Result<{ret}, ::cleave::Error> {{", params.join(", "));
+        if dynamic.is_empty() {
+            let _ = writeln!(out, "let _ = dims;");
+        }
+    };
+    let shape_docs = |out: &mut String| {
+        tensor_lines(out);
         doc(out, "");
         if runtime.is_empty() {
             doc(out, "Every extent is fixed at build time; `dims` has no fields.");
@@ -266,24 +313,65 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     doc(&mut out, "Every length is checked against the extents before anything is queued. Errors: `NoDriver`,");
     doc(&mut out, "`NotBuilt` (no nvcc at build time), `UnsupportedArch`, `ShapeMismatch`, `InvalidExtent`,");
     doc(&mut out, "`Launch` and the others of `cleave::Error`.");
+    let tensor_params = |params: &mut Vec<String>| {
+        params.extend(inputs.iter().map(|(p, t)| format!("{p}: &impl {driver}::DevicePtr<{}>", rust_type(t.dtype))));
+        params.extend(
+            outputs.iter().map(|(p, t)| format!("{p}: &mut impl {driver}::DevicePtrMut<{}>", rust_type(t.dtype))),
+        );
+    };
+    let mut device_chain = String::from("args");
+    for (p, t) in &inputs {
+        let _ = write!(device_chain, ".input::<{}, _>({p})?", rust_type(t.dtype));
+    }
+    for (p, t) in &outputs {
+        let _ = write!(device_chain, ".output::<{}, _>({p})?", rust_type(t.dtype));
+    }
     let mut params = vec![format!("stream: &::std::sync::Arc<{driver}::CudaStream>")];
-    params.extend(inputs.iter().map(|(p, t)| format!("{p}: &{driver}::CudaView<'_, {}>", rust_type(t.dtype))));
-    params.extend(outputs.iter().map(|(p, t)| format!("{p}: &mut {driver}::CudaViewMut<'_, {}>", rust_type(t.dtype))));
+    tensor_params(&mut params);
     params.push("dims: Dims".to_string());
-    let _ = writeln!(out, "pub fn launch({}) -> ::core::result::Result<(), ::cleave::Error> {{", params.join(", "));
-    if dynamic.is_empty() {
-        let _ = writeln!(out, "let _ = dims;");
-    }
+    open_fn(&mut out, "launch", &params, "()");
     let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
-    let mut chain = String::from("args");
-    for (p, _) in &inputs {
-        let _ = write!(chain, ".input({p})?");
-    }
-    for (p, _) in &outputs {
-        let _ = write!(chain, ".output({p})?");
-    }
-    let _ = writeln!(out, "{chain};");
+    let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
+    let _ = writeln!(out, "}}");
+
+    // workspace_bytes, load and Kernel
+    doc(&mut out, "The bytes of workspace a `Kernel::launch` with these extents needs: 0 unless the chosen");
+    doc(&mut out, "configuration splits a reduction, whose partials live there.");
+    open_fn(&mut out, "workspace_bytes", &["dims: Dims".to_string()], "u64");
+    let _ = writeln!(out, "{rt}::cuda::workspace_bytes(&PLAN, {extents})");
+    let _ = writeln!(out, "}}");
+    doc(&mut out, &format!("Kernel `{kernel}` loaded into one CUDA context ahead of time (see `load`)."));
+    let _ = writeln!(out, "#[derive(Debug, Clone)]");
+    let _ = writeln!(out, "pub struct Kernel({rt}::cuda::Loaded);");
+    doc(&mut out, &format!("Loads kernel `{kernel}` into `ctx`: the module, its functions and their shared-memory"));
+    doc(&mut out, "limits, so that `Kernel::launch` takes no lock, allocates nothing and makes no driver call");
+    doc(&mut out, "but the launches; it can then be captured into a CUDA graph.");
+    let _ = writeln!(
+        out,
+        "pub fn load(ctx: &::std::sync::Arc<{driver}::CudaContext>) -> ::core::result::Result<Kernel, ::cleave::Error> {{"
+    );
+    let _ = writeln!(out, "let loaded = unsafe {{ {rt}::cuda::Loaded::new(ctx, FATBIN.as_ref(), &PLAN) }}?;");
+    let _ = writeln!(out, "::core::result::Result::Ok(Kernel(loaded))");
+    let _ = writeln!(out, "}}");
+    let _ = writeln!(out, "impl Kernel {{");
+    doc(&mut out, &format!("Queues kernel `{kernel}` on `stream`, a stream of the context it was loaded into."));
+    doc(&mut out, "");
+    doc(&mut out, "The arguments of `launch`, plus a `workspace` of at least `workspace_bytes(dims)` bytes");
+    doc(&mut out, "(`Workspace::none()` when that is 0) that no other work uses until this launch is done:");
+    doc(&mut out, "");
+    shape_docs(&mut out);
+    doc(&mut out, "");
+    doc(&mut out, "Errors: those of `launch`, and `WorkspaceTooSmall`.");
+    let mut params = vec!["&self".to_string(), format!("stream: &::std::sync::Arc<{driver}::CudaStream>")];
+    tensor_params(&mut params);
+    params.push(format!("workspace: &mut {rt}::cuda::Workspace"));
+    params.push("dims: Dims".to_string());
+    open_fn(&mut out, "launch", &params, "()");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "{device_chain};");
+    let _ = writeln!(out, "self.0.launch(args, workspace)");
+    let _ = writeln!(out, "}}");
     let _ = writeln!(out, "}}");
 
     // run_host
@@ -295,13 +383,33 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let mut params: Vec<String> = inputs.iter().map(|(p, t)| format!("{p}: &[{}]", rust_type(t.dtype))).collect();
     params.extend(outputs.iter().map(|(p, t)| format!("{p}: &mut [{}]", rust_type(t.dtype))));
     params.push("dims: Dims".to_string());
-    let _ = writeln!(out, "pub fn run_host({}) -> ::core::result::Result<(), ::cleave::Error> {{", params.join(", "));
-    if dynamic.is_empty() {
-        let _ = writeln!(out, "let _ = dims;");
+    open_fn(&mut out, "run_host", &params, "()");
+    let mut chain = String::from("args");
+    for (p, _) in &inputs {
+        let _ = write!(chain, ".input({p})?");
+    }
+    for (p, _) in &outputs {
+        let _ = write!(chain, ".output({p})?");
     }
     let _ = writeln!(out, "let mut args = {rt}::host::Args::new(&PLAN, {extents})?;");
     let _ = writeln!(out, "{chain};");
     let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
+    let _ = writeln!(out, "}}");
+
+    // candle_forward, written by a macro of `cleave` so that it follows that crate's features.
+    let _ = writeln!(out, "::cleave::__candle_forward! {{");
+    doc(&mut out, &format!("Runs kernel `{kernel}` on candle tensors (the `candle` feature of `cleave`)."));
+    doc(&mut out, "");
+    doc(&mut out, "Inputs in declaration order, contiguous, on one device; the outputs come back in");
+    doc(&mut out, "declaration order, allocated on that device:");
+    doc(&mut out, "");
+    tensor_lines(&mut out);
+    doc(&mut out, "");
+    doc(&mut out, "The runtime extents are read from the inputs' shapes. CPU tensors run the host emulation;");
+    doc(&mut out, "CUDA tensors (the `candle-cuda` feature) launch on the device's stream with no copy. A wrong");
+    doc(&mut out, "rank, extent, dtype, layout or device is an `Err` naming the argument.");
+    let names = |list: &[(String, &TensorData)]| list.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(out, "fn candle_forward({}) -> [{}];", names(&inputs), names(&outputs));
     let _ = writeln!(out, "}}");
     let _ = writeln!(out, "}}");
     Ok(out)
@@ -358,7 +466,8 @@ mod tests {
         assert!(a.contains(".input(dims_)?.output(y)?"), "{a}");
         assert!(a.contains("cleave_emu_cleave_rowsum_0_0123"), "{a}");
         assert_eq!(a.matches("// SAFETY:").count(), a.matches("unsafe {").count(), "{a}");
-        assert_eq!(a.matches("unsafe {").count(), 2, "{a}");
+        assert_eq!(a.matches("unsafe {").count(), 3, "{a}");
+        assert!(a.contains("fn candle_forward(dims_) -> [y];"), "{a}");
     }
 
     /// Both launchers' docs list every tensor with its dtype and shape and name the runtime
@@ -369,14 +478,16 @@ mod tests {
         let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
         let runtime = "Extents given at run time, in `dims`: `k` (scheduled for 100).";
-        assert_eq!(a.matches(runtime).count(), 2, "{a}");
-        assert_eq!(a.matches("- `dims`: `f32[m, k]`").count(), 2, "{a}");
+        // `launch`, `Kernel::launch` and `run_host` take `dims`; `candle_forward` reads shapes.
+        assert_eq!(a.matches(runtime).count(), 3, "{a}");
+        assert_eq!(a.matches("- `dims`: `f32[m, k]`").count(), 4, "{a}");
+        assert!(a.contains("The runtime extents are read from the inputs' shapes."), "{a}");
         assert!(a.contains("The extent of `k` (scheduled for 100)."), "{a}");
         let mut fixed = plan.clone();
         fixed.dims.iter_mut().for_each(|d| d.dynamic = false);
         let spec = ModuleSpec { decl: &decl, plan: &fixed, host_symbols: &host, fatbin: "None", summary: &[] };
         let b = module(&spec).unwrap();
-        assert_eq!(b.matches("Every extent is fixed at build time; `dims` has no fields.").count(), 2, "{b}");
+        assert_eq!(b.matches("Every extent is fixed at build time; `dims` has no fields.").count(), 3, "{b}");
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub const MAX_OPS: usize = 128;
 /// launcher takes one parameter each).
 pub const MAX_TENSORS: usize = 64;
 
+/// Most dims of one kernel: a launch holds one extent per dim in a fixed-size table, so that
+/// launching allocates nothing (the runtime's `plan::MAX_DIMS`).
+pub const MAX_DIMS: usize = 128;
+
 /// Names the body language reserves for its functions.
 pub const FUNCTIONS: &[&str] = &[
     "matmul",
@@ -63,7 +67,13 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
     }
     let mut dims = DimTable::new();
     let mut dim_pos: HashMap<String, Pos> = HashMap::new();
-    for d in &decl.dims {
+    for (i, d) in decl.dims.iter().enumerate() {
+        if i == MAX_DIMS {
+            return Err(Diagnostic::new(
+                d.pos,
+                format!("`{}` is dim number {}; a kernel declares at most {MAX_DIMS} dims", d.name, i + 1),
+            ));
+        }
         if let Some(msg) = check_name(&d.name, NameKind::Dim) {
             return Err(Diagnostic::new(d.pos, format!("dim name: {msg}")));
         }

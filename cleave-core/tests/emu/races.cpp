@@ -200,6 +200,24 @@ void bounds() {
     cleave::cp_async_commit();
     cleave::cp_async_wait<0>();
   }, {"out of bounds: cp_async_16 source", "past the end of `x`"});
+  // Views of one allocation: `lo` ends where `hi` starts. A copy from `hi`'s first row is in
+  // bounds, though its address is also one past `lo`'s end; a load through `lo`'s pointer at
+  // the same address is not, because the pointer it came from names `lo`.
+  static float joined[16];
+  static cleave_emu_buffer views[2] = {{joined, 32, "lo"}, {joined + 8, 32, "hi"}};
+  auto with_views = [](cleave_emu_launch L) {
+    L.buffers = views;
+    L.nbuffers = 2;
+    return L;
+  };
+  clean("a copy from the second of two adjacent views", with_views(checked(1, 32, 64)), [] {
+    if (threadIdx.x == 0) cleave::cp_async_16(cleave::dynamic_smem(), joined + 8, 16);
+    cleave::cp_async_commit();
+    cleave::cp_async_wait<0>();
+  });
+  expect("a load past the first view through its own pointer", with_views(checked(1, 32, 0)), [] {
+    if (threadIdx.x == 0) (void)cleave::ld_global(joined, 8);
+  }, {"out of bounds: global load", "bytes 32..35 of `lo`"});
   expect("shared memory past the end", checked(1, 32, 64), [] {
     (void)cleave::ld_shared<float>(cleave::dynamic_smem() + 62);
   }, {"out of bounds: shared-memory load", "64 bytes of shared memory"});

@@ -185,11 +185,37 @@ fn stub_items(decl: &KernelDecl) -> Option<TokenStream> {
         /// Not built: see the error at the declaration.
         pub fn launch(
             _: &::std::sync::Arc<#driver::CudaStream>,
-            #(_: &#driver::CudaView<'_, #inputs>,)*
-            #(_: &mut #driver::CudaViewMut<'_, #outputs>,)*
+            #(_: &impl #driver::DevicePtr<#inputs>,)*
+            #(_: &mut impl #driver::DevicePtrMut<#outputs>,)*
             _: Dims,
         ) -> ::core::result::Result<(), ::cleave::Error> {
             #not_built
+        }
+        /// Not built: see the error at the declaration.
+        pub fn workspace_bytes(_: Dims) -> ::core::result::Result<u64, ::cleave::Error> {
+            #not_built
+        }
+        /// Not built: see the error at the declaration.
+        #[derive(Debug, Clone)]
+        pub struct Kernel(());
+        /// Not built: see the error at the declaration.
+        pub fn load(
+            _: &::std::sync::Arc<#driver::CudaContext>,
+        ) -> ::core::result::Result<Kernel, ::cleave::Error> {
+            #not_built
+        }
+        impl Kernel {
+            /// Not built: see the error at the declaration.
+            pub fn launch(
+                &self,
+                _: &::std::sync::Arc<#driver::CudaStream>,
+                #(_: &impl #driver::DevicePtr<#inputs>,)*
+                #(_: &mut impl #driver::DevicePtrMut<#outputs>,)*
+                _: &mut ::cleave::runtime::cuda::Workspace,
+                _: Dims,
+            ) -> ::core::result::Result<(), ::cleave::Error> {
+                #not_built
+            }
         }
         /// Not built: see the error at the declaration.
         pub fn run_host(

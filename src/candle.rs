@@ -1,0 +1,338 @@
+//! Generated kernels on candle tensors (the `candle` feature).
+//!
+//! Every generated kernel module has `candle_forward(inputs..)`, written by the
+//! [`__candle_forward!`](crate::__candle_forward) macro, which calls [`forward`] here. It reads
+//! the dynamic extents from the inputs' shapes, checks each input's rank, extents, dtype,
+//! layout and device against the declaration, allocates the outputs on the inputs' device and
+//! runs the kernel:
+//!
+//! - CPU tensors run the host emulation of the generated CUDA (`run_host`);
+//! - CUDA tensors (with the `candle-cuda` feature) launch on the device's own stream, reading
+//!   and writing candle's memory in place, with no copy and no synchronisation.
+//!
+//! Every mismatch is an `Err` naming the argument, never a panic.
+
+use candle_core::{CpuStorage, DType as CandleDType, Device, Layout, Storage};
+pub use candle_core::{Result, Tensor};
+
+use crate::runtime::cuda::Fatbin;
+use crate::runtime::host::{self, EmuFn};
+use crate::runtime::plan::{self, Axis, DType, LaunchPlan, TensorSpec};
+use crate::runtime::{bf16, f16};
+use crate::Error;
+
+/// The seed of the host emulator's thread schedule; fixed, as in `run_host`.
+const HOST_SEED: u64 = 0;
+
+fn wrap(e: Error) -> candle_core::Error {
+    candle_core::Error::wrap(e)
+}
+
+/// The dtype candle uses for a declared element type.
+fn candle_dtype(d: DType) -> CandleDType {
+    match d {
+        DType::F16 => CandleDType::F16,
+        DType::BF16 => CandleDType::BF16,
+        DType::F32 => CandleDType::F32,
+    }
+}
+
+/// The shape of a declared tensor at these extents.
+fn shape_of(spec: &TensorSpec, extents: &[u64]) -> Result<Vec<usize>> {
+    spec.shape
+        .iter()
+        .map(|a| match *a {
+            Axis::One => Ok(1),
+            Axis::Dim(d) => {
+                let e = extents.get(usize::from(d)).copied().unwrap_or(0);
+                usize::try_from(e).map_err(|_| candle_core::Error::msg(format!("extent {e} does not fit in usize")))
+            }
+        })
+        .collect()
+}
+
+/// The element range of a contiguous input inside its storage, or an error saying why the
+/// tensor cannot be read in place.
+fn contiguous_range(spec: &TensorSpec, layout: &Layout) -> Result<std::ops::Range<usize>> {
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(start..end),
+        None => Err(wrap(Error::Argument {
+            arg: spec.name,
+            message: format!(
+                "is not contiguous (shape {:?}, strides {:?}); pass `.contiguous()?` of it",
+                layout.dims(),
+                layout.stride()
+            ),
+        })),
+    }
+}
+
+/// Runs a generated kernel on candle tensors: what every `candle_forward` calls.
+///
+/// `inputs` are in declaration order; the result holds the outputs in declaration order.
+///
+/// # Safety
+///
+/// `host[i]` must implement `plan.launches[i]` and `fatbin` must hold the plan's kernels, as
+/// for `host::Args::run` and `cuda::Args::launch`. Generated modules pass their own `PLAN`,
+/// `HOST` and `FATBIN`, built from one generated source.
+pub unsafe fn forward<const N: usize>(
+    plan: &'static LaunchPlan,
+    host: &[EmuFn],
+    fatbin: Option<&Fatbin>,
+    inputs: &[&Tensor],
+) -> Result<[Tensor; N]> {
+    let kernel = plan.kernel;
+    if N != plan.outputs.len() {
+        let message = format!("{N} outputs were asked for, but the kernel declares {}", plan.outputs.len());
+        return Err(wrap(Error::InvalidArguments { kernel, message }));
+    }
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.dims()).collect();
+    let dynamic = plan::dynamic_from_shapes(plan, &shapes).map_err(wrap)?;
+    let extents = plan::extents(plan, &dynamic).map_err(wrap)?;
+    let device = match inputs.first() {
+        Some(t) => t.device().clone(),
+        // A kernel without inputs computes constants; they go to the CPU.
+        None => Device::Cpu,
+    };
+    for (spec, t) in plan.inputs.iter().zip(inputs) {
+        let want = candle_dtype(spec.dtype);
+        if t.dtype() != want {
+            let message = format!("is a {:?} tensor, but the kernel declares {}", t.dtype(), spec.dtype);
+            return Err(wrap(Error::Argument { arg: spec.name, message }));
+        }
+        if !t.device().same_device(&device) {
+            let message = format!(
+                "is on {:?}, but `{}` is on {:?}; every input must be on one device",
+                t.device().location(),
+                plan.inputs[0].name,
+                device.location()
+            );
+            return Err(wrap(Error::Argument { arg: spec.name, message }));
+        }
+    }
+    let out_shapes: Vec<Vec<usize>> =
+        plan.outputs.iter().map(|spec| shape_of(spec, &extents)).collect::<Result<_>>()?;
+    let outputs: Vec<Tensor> = match &device {
+        // SAFETY: passed on from the caller.
+        Device::Cpu => unsafe { forward_cpu(plan, host, &dynamic, inputs, &out_shapes)? },
+        #[cfg(feature = "candle-cuda")]
+        // SAFETY: passed on from the caller.
+        Device::Cuda(dev) => unsafe { cuda::forward(plan, fatbin, dev, &dynamic, inputs, &out_shapes)? },
+        other => {
+            let _ = fatbin;
+            let message = format!(
+                "is on {:?}; this build of cleave runs candle tensors on the CPU{}",
+                other.location(),
+                if cfg!(feature = "candle-cuda") { " and CUDA" } else { " (enable `candle-cuda` for CUDA tensors)" }
+            );
+            return Err(wrap(Error::Argument { arg: plan.inputs.first().map_or("", |s| s.name), message }));
+        }
+    };
+    <[Tensor; N]>::try_from(outputs).map_err(|v| {
+        let message = format!("{} outputs were produced for {N}", v.len());
+        wrap(Error::InvalidArguments { kernel, message })
+    })
+}
+
+/// A host output buffer of a declared element type.
+enum HostBuf {
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+}
+
+impl HostBuf {
+    fn new(dtype: DType, len: usize) -> Self {
+        match dtype {
+            DType::F16 => HostBuf::F16(vec![f16::ZERO; len]),
+            DType::BF16 => HostBuf::BF16(vec![bf16::ZERO; len]),
+            DType::F32 => HostBuf::F32(vec![0.0; len]),
+        }
+    }
+
+    fn into_tensor(self, shape: &[usize]) -> Result<Tensor> {
+        match self {
+            HostBuf::F16(v) => Tensor::from_vec(v, shape, &Device::Cpu),
+            HostBuf::BF16(v) => Tensor::from_vec(v, shape, &Device::Cpu),
+            HostBuf::F32(v) => Tensor::from_vec(v, shape, &Device::Cpu),
+        }
+    }
+}
+
+/// The CPU path: the host emulation reads candle's storage in place and writes fresh vectors
+/// that become the output tensors.
+///
+/// # Safety
+///
+/// As for [`forward`].
+unsafe fn forward_cpu(
+    plan: &'static LaunchPlan,
+    host: &[EmuFn],
+    dynamic: &[usize],
+    inputs: &[&Tensor],
+    out_shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>> {
+    // Read guards on every input's storage, held until the emulation has run.
+    let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
+    let mut args = host::Args::new(plan, dynamic).map_err(wrap)?;
+    for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
+        let range = contiguous_range(spec, layout)?;
+        let Storage::Cpu(cpu) = &**storage else {
+            let message = "is not in CPU memory".to_string();
+            return Err(wrap(Error::Argument { arg: spec.name, message }));
+        };
+        // The dtype was checked against the declaration, so the slice type matches it.
+        match cpu {
+            CpuStorage::F16(v) => args.input(&v[range]),
+            CpuStorage::BF16(v) => args.input(&v[range]),
+            CpuStorage::F32(v) => args.input(&v[range]),
+            _ => Err(Error::Argument { arg: spec.name, message: "has an unsupported dtype".into() }),
+        }
+        .map_err(wrap)?;
+    }
+    let mut bufs: Vec<HostBuf> = plan
+        .outputs
+        .iter()
+        .zip(out_shapes)
+        .map(|(spec, shape)| HostBuf::new(spec.dtype, shape.iter().product()))
+        .collect();
+    for buf in &mut bufs {
+        match buf {
+            HostBuf::F16(v) => args.output(v),
+            HostBuf::BF16(v) => args.output(v),
+            HostBuf::F32(v) => args.output(v),
+        }
+        .map_err(wrap)?;
+    }
+    // SAFETY: the caller vouches that `host` implements the plan's launches.
+    unsafe { args.run(host, HOST_SEED) }.map_err(wrap)?;
+    drop(storages);
+    bufs.into_iter().zip(out_shapes).map(|(b, shape)| b.into_tensor(shape)).collect()
+}
+
+#[cfg(feature = "candle-cuda")]
+mod cuda {
+    //! The CUDA path: candle's device memory and stream, used in place.
+
+    use candle_core::op::BackpropOp;
+    use candle_core::{CudaDevice, CudaStorage, Storage, Tensor};
+
+    use super::{contiguous_range, wrap, Result};
+    use crate::runtime::cuda::{Args, Fatbin};
+    use crate::runtime::plan::{DType, LaunchPlan};
+    use crate::runtime::{bf16, f16};
+    use crate::Error;
+
+    /// A fresh device output of a declared element type.
+    enum DeviceBuf {
+        F16(crate::runtime::cudarc::driver::CudaSlice<f16>),
+        BF16(crate::runtime::cudarc::driver::CudaSlice<bf16>),
+        F32(crate::runtime::cudarc::driver::CudaSlice<f32>),
+    }
+
+    /// # Safety
+    ///
+    /// As for [`super::forward`].
+    pub(super) unsafe fn forward(
+        plan: &'static LaunchPlan,
+        fatbin: Option<&Fatbin>,
+        dev: &CudaDevice,
+        dynamic: &[usize],
+        inputs: &[&Tensor],
+        out_shapes: &[Vec<usize>],
+    ) -> Result<Vec<Tensor>> {
+        let stream = dev.cuda_stream();
+        let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
+        let mut views = Vec::with_capacity(inputs.len());
+        for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
+            let range = contiguous_range(spec, layout)?;
+            let Storage::Cuda(cuda) = &**storage else {
+                return Err(wrap(Error::Argument { arg: spec.name, message: "is not in CUDA memory".into() }));
+            };
+            views.push((spec, cuda, range));
+        }
+        let mut outs = Vec::with_capacity(plan.outputs.len());
+        for (spec, shape) in plan.outputs.iter().zip(out_shapes) {
+            let len: usize = shape.iter().product();
+            // SAFETY: uninitialised device memory; the kernels write every output element.
+            let buf = unsafe {
+                match spec.dtype {
+                    DType::F16 => dev.alloc::<f16>(len).map(DeviceBuf::F16),
+                    DType::BF16 => dev.alloc::<bf16>(len).map(DeviceBuf::BF16),
+                    DType::F32 => dev.alloc::<f32>(len).map(DeviceBuf::F32),
+                }
+            }?;
+            outs.push(buf);
+        }
+        {
+            let input_views: Vec<_> = views
+                .iter()
+                .map(|(spec, cuda, range)| -> Result<InputView<'_>> {
+                    Ok(match spec.dtype {
+                        DType::F16 => InputView::F16(cuda.as_cuda_slice::<f16>()?.slice(range.clone())),
+                        DType::BF16 => InputView::BF16(cuda.as_cuda_slice::<bf16>()?.slice(range.clone())),
+                        DType::F32 => InputView::F32(cuda.as_cuda_slice::<f32>()?.slice(range.clone())),
+                    })
+                })
+                .collect::<Result<_>>()?;
+            let mut args = Args::new(plan, &stream, dynamic).map_err(wrap)?;
+            for view in &input_views {
+                match view {
+                    InputView::F16(v) => args.input(v),
+                    InputView::BF16(v) => args.input(v),
+                    InputView::F32(v) => args.input(v),
+                }
+                .map_err(wrap)?;
+            }
+            for out in &mut outs {
+                match out {
+                    DeviceBuf::F16(v) => args.output(v),
+                    DeviceBuf::BF16(v) => args.output(v),
+                    DeviceBuf::F32(v) => args.output(v),
+                }
+                .map_err(wrap)?;
+            }
+            // SAFETY: the caller vouches that `fatbin` holds the plan's kernels.
+            unsafe { args.launch(fatbin) }.map_err(wrap)?;
+        }
+        drop(storages);
+        outs.into_iter()
+            .zip(out_shapes)
+            .map(|(buf, shape)| {
+                let storage = match buf {
+                    DeviceBuf::F16(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+                    DeviceBuf::BF16(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+                    DeviceBuf::F32(s) => CudaStorage::wrap_cuda_slice(s, dev.clone()),
+                };
+                Ok(Tensor::from_storage(Storage::Cuda(storage), shape.as_slice(), BackpropOp::none(), false))
+            })
+            .collect()
+    }
+
+    enum InputView<'a> {
+        F16(crate::runtime::cudarc::driver::CudaView<'a, f16>),
+        BF16(crate::runtime::cudarc::driver::CudaView<'a, bf16>),
+        F32(crate::runtime::cudarc::driver::CudaView<'a, f32>),
+    }
+}
+
+/// Writes a kernel module's `candle_forward` when `cleave` has the `candle` feature, and
+/// nothing otherwise; generated modules invoke it, so whether the function exists follows
+/// this crate's features rather than the user's.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __candle_forward {
+    ($(#[$meta:meta])* fn $name:ident($($input:ident),*) -> [$($output:ident),+];) => {
+        $(#[$meta])*
+        pub fn $name($($input: &$crate::candle::Tensor),*)
+            -> $crate::candle::Result<($($crate::__candle_forward!(@tensor $output)),+)>
+        {
+            // SAFETY: PLAN, HOST and FATBIN of the generated module were built from one
+            // generated source.
+            let [$($output),+] = unsafe { $crate::candle::forward(&PLAN, &HOST, FATBIN.as_ref(), &[$($input),*]) }?;
+            ::core::result::Result::Ok(($($output),+))
+        }
+    };
+    (@tensor $output:ident) => { $crate::candle::Tensor };
+}
