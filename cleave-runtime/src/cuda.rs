@@ -247,8 +247,9 @@ fn alloc_workspace(stream: &Arc<CudaStream>, kernel: &'static str, bytes: u64) -
 /// One kernel's module and functions, loaded into a context ahead of time, with each
 /// function's shared-memory limit already raised: what a serving loop launches through.
 ///
-/// [`Loaded::launch`] takes no lock and allocates nothing, and makes no driver call but
-/// binding the context and one `cuLaunchKernel` per launch of the plan, so it can be captured
+/// [`Loaded::launch`] takes no lock, allocates nothing and never synchronizes: its driver calls
+/// are binding the context, one `cuLaunchKernel` per launch of the plan, and the stream-ordered
+/// event waits and records cudarc makes for the buffers [`Args`] borrows, so it can be captured
 /// into a CUDA graph. Split workspaces come from the caller ([`Workspace`], sized with
 /// [`Loaded::workspace_bytes`]).
 #[derive(Debug, Clone)]

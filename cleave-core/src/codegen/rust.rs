@@ -345,8 +345,9 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "#[derive(Debug, Clone)]");
     let _ = writeln!(out, "pub struct Kernel({rt}::cuda::Loaded);");
     doc(&mut out, &format!("Loads kernel `{kernel}` into `ctx`: the module, its functions and their shared-memory"));
-    doc(&mut out, "limits, so that `Kernel::launch` takes no lock, allocates nothing and makes no driver call");
-    doc(&mut out, "but the launches; it can then be captured into a CUDA graph.");
+    doc(&mut out, "limits, so that `Kernel::launch` takes no lock, allocates nothing and never synchronizes");
+    doc(&mut out, "(its driver calls are the launches and cudarc's stream-ordered event waits and records for");
+    doc(&mut out, "the buffers); it can then be captured into a CUDA graph.");
     let _ = writeln!(
         out,
         "pub fn load(ctx: &::std::sync::Arc<{driver}::CudaContext>) -> ::core::result::Result<Kernel, ::cleave::Error> {{"
