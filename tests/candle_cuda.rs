@@ -1,6 +1,11 @@
-//! The CUDA path of the candle integration builds: `cargo check` of `examples/candle` with its
-//! `cuda` feature (cleave's `candle-cuda` and candle's `cuda`, whose own kernels candle compiles
-//! with nvcc). Nothing here runs on a GPU; the CPU path is run by that crate's tests.
+//! The CUDA path of the candle integration builds: `cargo check` of `cleave` with its
+//! `candle-cuda` feature (candle's `cuda`, whose own kernels candle compiles with nvcc). Nothing
+//! here runs on a GPU; the CPU path is run by `examples/candle`'s tests.
+//!
+//! It checks the library rather than `examples/candle --features cuda`: that feature names
+//! `cleave/candle-cuda`, which Cargo also applies to the example's build-dependency on `cleave`,
+//! and linking that build script needs the CUDA libraries, which a machine with only nvcc from
+//! PyPI does not have.
 //!
 //! It needs nvcc, so without one it checks nothing, unless `CLEAVE_REQUIRE_NVCC` is set (CI sets
 //! it), which makes a missing nvcc a failure. It builds in its own target directory under
@@ -35,7 +40,7 @@ fn the_candle_cuda_path_builds() {
     )
     .expect("PATH joins");
     let out = Command::new(env!("CARGO"))
-        .args(["check", "--release", "--locked", "-p", "cleave-candle-example", "--features", "cuda", "--all-targets"])
+        .args(["check", "--release", "--locked", "-p", "cleave", "--features", "candle-cuda", "--lib"])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", root.join("target/candle-cuda"))
         .env("PATH", path)
