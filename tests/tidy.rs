@@ -104,6 +104,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "codegen",
             "toolchain",
             "pipeline",
+            // Pictures of what the stages produced, for `cleave explain --svg`.
+            "picture",
         ],
     ),
     // The facade's library (`src/lib.rs`); the binary's `cli` uses it only through `cleave::`.

@@ -41,3 +41,4 @@ pub mod plan;
 pub mod codegen;
 pub mod toolchain;
 pub mod pipeline;
+pub mod picture;

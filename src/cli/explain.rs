@@ -2,7 +2,10 @@
 
 use std::fmt::Write;
 
-use cleave_core::pipeline::{compile, Options};
+use std::path::Path;
+
+use cleave_core::picture::{graph_svg, schedule_svg};
+use cleave_core::pipeline::{compile, Compiled, Options};
 use cleave_core::superopt::explain_text;
 use cleave_core::symbolic::{eventually_reduced, symbolize};
 
@@ -98,11 +101,39 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             }
             let _ = writeln!(out, "\n== chosen program ==");
             out.push_str(&programs(&c.ranked[0]));
+            if let Some(dir) = o.value("svg") {
+                pictures(&c, Path::new(dir))?;
+            }
         }
         Err(e) => {
             let _ = writeln!(out, "\n== pipeline ==\n{e}");
         }
     }
     print!("{out}");
+    Ok(())
+}
+
+/// Writes the three pictures of `cleave explain --svg DIR` and names each on stderr.
+fn pictures(c: &Compiled, dir: &Path) -> Result<(), UserError> {
+    let name = &c.declared.name;
+    let best = &c.ranked[0];
+    let chosen = best.candidate.launch.graph.graph();
+    let splits: Vec<String> = best.splits.iter().map(|s| format!("{}={}", s.name, s.value)).collect();
+    let chosen_title = match (best.graph_index, splits.is_empty()) {
+        (None, _) => format!("{name}: the declared graph is scheduled as written"),
+        (Some(i), true) => format!("{name}: found graph {} (chosen)", i + 1),
+        (Some(i), false) => format!("{name}: found graph {} (chosen), {}", i + 1, splits.join(", ")),
+    };
+    let files = [
+        ("declared", graph_svg(c.declared.graph(), &format!("{name}: the declared graph"), None)),
+        ("chosen", graph_svg(chosen, &chosen_title, Some(c.declared.graph()))),
+        ("schedule", schedule_svg(&best.candidate.launch, &format!("{name}: the chosen schedule"))),
+    ];
+    std::fs::create_dir_all(dir).map_err(|e| UserError(format!("{}: cannot create: {e}", dir.display())))?;
+    for (what, svg) in files {
+        let path = dir.join(format!("{name}.{what}.svg"));
+        std::fs::write(&path, svg).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }

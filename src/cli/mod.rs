@@ -54,11 +54,16 @@ fn command() -> Command {
                 .arg(value("target", "cuda|tilelang|rust", "what to generate").required(true))
                 .arg(value("out", "DIR", "the directory to write to").required(true)),
         )
-        .subcommand(Command::new("explain").about("Every stage, readable: graphs, cost table, program").args([
-            file(),
-            kernel(),
-            no_split(),
-        ]))
+        .subcommand(
+            Command::new("explain")
+                .about("Every stage, readable: graphs, cost table, program")
+                .args([file(), kernel(), no_split()])
+                .arg(value(
+                    "svg",
+                    "DIR",
+                    "also draw NAME.declared.svg, NAME.chosen.svg and NAME.schedule.svg into DIR",
+                )),
+        )
         .subcommand(
             Command::new("run")
                 .about("Run a kernel's generated CUDA on the host emulator against the f64 reference")

@@ -13,6 +13,7 @@ mod shape;
 mod valid;
 
 pub use dim::{Bindings, Dim, DimInfo, DimKind, DimTable, DimVar, Shape};
+pub(crate) use display::format_const;
 pub use dtype::DType;
 pub use op::{erf, BinaryOp, Op, ReduceOp, UnaryOp};
 pub use shape::{broadcast, infer, normalize_axis, ShapeError};

@@ -387,29 +387,43 @@ pub struct ShowKernel<'a> {
 
 impl fmt::Display for ShowKernel<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let k = self.kernel;
-        let grid: Vec<String> = k
-            .grid
-            .iter()
-            .map(|a| format!("{} < ceil({}/{})", self.kernel.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
-            .collect();
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "parfor {}:  # {} threads, {} rows, {} B smem",
-            if grid.is_empty() { "_ < 1".to_string() } else { grid.join(", ") },
-            k.warps.threads(),
-            k.rows,
-            k.smem_bytes
-        );
-        for s in &k.body {
-            self.stmt(s, 1, &mut out);
+        let _ = writeln!(out, "{}", self.header());
+        for (depth, line) in self.lines() {
+            let _ = writeln!(out, "{}{line}", "  ".repeat(depth));
         }
         f.write_str(&out)
     }
 }
 
 impl ShowKernel<'_> {
+    /// The first line: the grid, the block's threads and rows, and its shared memory.
+    pub fn header(&self) -> String {
+        let k = self.kernel;
+        let grid: Vec<String> = k
+            .grid
+            .iter()
+            .map(|a| format!("{} < ceil({}/{})", self.kernel.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
+            .collect();
+        format!(
+            "parfor {}:  # {} threads, {} rows, {} B smem",
+            if grid.is_empty() { "_ < 1".to_string() } else { grid.join(", ") },
+            k.warps.threads(),
+            k.rows,
+            k.smem_bytes
+        )
+    }
+
+    /// The body, one statement per line with its loop depth (1 inside the grid loop); a
+    /// loop's line comes before its body's. The SVG picture of a schedule draws these lines.
+    pub fn lines(&self) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for s in &self.kernel.body {
+            self.stmt(s, 1, &mut out);
+        }
+        out
+    }
+
     fn name(&self, b: BufId) -> &str {
         &self.kernel.buf(b).name
     }
@@ -446,14 +460,13 @@ impl ShowKernel<'_> {
         }
     }
 
-    fn stmt(&self, s: &Stmt, depth: usize, out: &mut String) {
-        let pad = "  ".repeat(depth);
+    fn stmt(&self, s: &Stmt, depth: usize, out: &mut Vec<(usize, String)>) {
         match s {
             Stmt::Load { dst, param, tmap } => {
-                let _ = writeln!(out, "{pad}{} = Load({})", self.name(*dst), self.slice(*param, tmap));
+                out.push((depth, format!("{} = Load({})", self.name(*dst), self.slice(*param, tmap))));
             }
             Stmt::Assign { dst, expr } => {
-                let _ = writeln!(out, "{pad}{} = {}", self.name(*dst), strip(&self.expr(expr)));
+                out.push((depth, format!("{} = {}", self.name(*dst), strip(&self.expr(expr)))));
             }
             Stmt::RowReduce { dst, op, expr, acc, .. } => {
                 let f = match op {
@@ -465,7 +478,7 @@ impl ShowKernel<'_> {
                     (true, _) => (format!("{} += ", self.name(*dst)), ""),
                     (false, _) => (format!("{} = ", self.name(*dst)), ""),
                 };
-                let _ = writeln!(out, "{pad}{lhs}{f}({}){join}", strip(&self.expr(expr)));
+                out.push((depth, format!("{lhs}{f}({}){join}", strip(&self.expr(expr)))));
             }
             Stmt::Mma { acc, a, b, accumulate, .. } => {
                 let a = match a {
@@ -475,18 +488,16 @@ impl ShowKernel<'_> {
                 };
                 let b = if b.n_major { format!("{}^T", self.name(b.buf)) } else { self.name(b.buf).to_string() };
                 let op = if *accumulate { "+=" } else { "=" };
-                let _ = writeln!(out, "{pad}{} {op} MMA({a}, {b})", self.name(*acc));
+                out.push((depth, format!("{} {op} MMA({a}, {b})", self.name(*acc))));
             }
             Stmt::Store { param, expr, tmap, .. } => {
-                let _ = writeln!(out, "{pad}Store({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap));
+                out.push((depth, format!("Store({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap))));
             }
             Stmt::Loop { iter, dim, tile, body } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}for {} in range(0, {}, {tile}):",
-                    self.kernel.names.name(*iter),
-                    self.dims.get(*dim).name
-                );
+                out.push((
+                    depth,
+                    format!("for {} in range(0, {}, {tile}):", self.kernel.names.name(*iter), self.dims.get(*dim).name),
+                ));
                 for s in body {
                     self.stmt(s, depth + 1, out);
                 }
