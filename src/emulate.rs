@@ -4,7 +4,6 @@
 //! `run_host` uses.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use cleave_core::codegen::plan::{FactorData, ParamData, PlanData};
 use cleave_core::codegen::{cuda, headers};
@@ -35,8 +34,33 @@ pub fn cache_dir_from(explicit: Option<std::ffi::OsString>) -> PathBuf {
     }
 }
 
-fn cxx() -> String {
-    std::env::var("CXX").unwrap_or_else(|_| "c++".to_string())
+/// The target this crate was built for: the emulation library is loaded into this process, so
+/// it is compiled for the same target.
+const TARGET: &str = env!("CLEAVE_TARGET");
+
+/// The C++ compiler command for the emulation library, as `cc` chooses it (`CXX`, `CXXFLAGS`
+/// and the target's defaults), with the flags of a shared library of this process' target.
+fn compiler(include: &Path) -> Result<cc::Tool, String> {
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++17")
+        .target(TARGET)
+        .host(TARGET)
+        // The emulator runs every thread of every block: unoptimized it would crawl.
+        .opt_level(2)
+        .debug(false)
+        .pic(true)
+        .warnings(false)
+        .cargo_metadata(false)
+        .cargo_warnings(false)
+        .emit_rerun_if_env_changed(false)
+        .define("CLEAVE_EMULATE", None)
+        .include(include);
+    if !TARGET.contains("msvc") {
+        build.flag("-pthread").flag("-w");
+    }
+    build.try_get_compiler().map_err(|e| format!("no C++ compiler for the host emulation (set CXX): {e}"))
 }
 
 /// Compiles the emulation library for a launch (or reuses the cached one).
@@ -56,26 +80,36 @@ pub fn compile(launch: &Launch, plan: &PlanData) -> Result<HostLibrary, String> 
 /// their extents. The emulator's bounds checks catch stray indexing through its accessors, but
 /// no check can contain arbitrary C++ (raw pointer arithmetic, for one).
 pub unsafe fn compile_source(source: &str, plan: &PlanData) -> Result<HostLibrary, String> {
-    let compiler = cxx();
-    let key = cleave_core::hash::hex(&[source.as_bytes(), headers::fingerprint().as_bytes(), compiler.as_bytes()]);
     let dir = cache_dir().join("emu");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let inc = dir.join(format!("include-{}", headers::fingerprint()));
+    let tool = compiler(&inc)?;
+    let command: Vec<String> = std::iter::once(tool.path().to_string_lossy().into_owned())
+        .chain(tool.args().iter().map(|a| a.to_string_lossy().into_owned()))
+        .collect();
+    let key =
+        cleave_core::hash::hex(&[source.as_bytes(), headers::fingerprint().as_bytes(), command.join(" ").as_bytes()]);
     let lib_path = dir.join(format!("{}-{key}.so", plan.kernel));
     if !lib_path.exists() {
-        let inc = dir.join(format!("include-{}", headers::fingerprint()));
         headers::write_to(&inc).map_err(|e| format!("{}: {e}", inc.display()))?;
         let src_path = dir.join(format!("{}-{key}.cpp", plan.kernel));
         std::fs::write(&src_path, source).map_err(|e| format!("{}: {e}", src_path.display()))?;
-        let tmp = dir.join(format!("{}-{key}.so.{}", plan.kernel, std::process::id()));
-        let out = Command::new(&compiler)
-            .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DCLEAVE_EMULATE", "-w"])
-            .arg("-I")
-            .arg(&inc)
+        // Built under a unique name and renamed into place: concurrent test processes may
+        // build the same library, and a reader must never load a half-written one.
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{}-{key}.", plan.kernel))
+            .suffix(".so")
+            .tempfile_in(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .into_temp_path();
+        let out = tool
+            .to_command()
+            .arg("-shared")
             .arg(&src_path)
             .arg("-o")
             .arg(&tmp)
             .output()
-            .map_err(|e| format!("cannot run the C++ compiler `{compiler}` (set CXX): {e}"))?;
+            .map_err(|e| format!("cannot run the C++ compiler `{}` (set CXX): {e}", command[0]))?;
         if !out.status.success() {
             return Err(format!(
                 "the C++ compiler failed on {}:\n{}",
@@ -83,8 +117,7 @@ pub unsafe fn compile_source(source: &str, plan: &PlanData) -> Result<HostLibrar
                 String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n")
             ));
         }
-        // Atomic publish: concurrent test processes may build the same library.
-        std::fs::rename(&tmp, &lib_path).map_err(|e| format!("{}: {e}", lib_path.display()))?;
+        tmp.persist(&lib_path).map_err(|e| format!("{}: {e}", lib_path.display()))?;
     }
     load(&lib_path, plan)
 }

@@ -48,5 +48,6 @@ macro_rules! __candle_forward {
     ($($tokens:tt)*) => {};
 }
 
+#[cfg(feature = "emulate")]
 #[doc(hidden)]
 pub mod emulate;

@@ -36,13 +36,37 @@ fn every_bad_fixture_reports_its_located_errors() {
         assert!(!expected.is_empty(), "{} has no `# expect:` line", path.display());
         let shown = path.to_string_lossy().into_owned();
         let (code, _, stderr) = cleave(&["check", &shown]);
-        let got: Vec<&str> = stderr.lines().collect();
+        // Each located line is followed by the source snippet it points at.
+        let got: Vec<&str> = stderr.lines().filter(|l| l.starts_with(shown.as_str())).collect();
+        let snippets = stderr.lines().filter(|l| l.trim_start().starts_with("┌─ ")).count();
         let want: Vec<String> = expected.iter().map(|e| format!("{shown}:{e}")).collect();
-        if code != 1 || got != want {
-            failures.push(format!("{}\n  exit {code}\n  got:  {got:?}\n  want: {want:?}", path.display()));
+        if code != 1 || got != want || snippets != want.len() {
+            failures.push(format!(
+                "{}\n  exit {code}\n  got:  {got:?}\n  want: {want:?}\n  snippets: {snippets}",
+                path.display()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_diagnostic_shows_the_source_line_with_the_offending_item_underlined() {
+    let dir = std::env::temp_dir().join(format!("cleave-snippet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("typo.yaml");
+    let src = "kernels:\n  - name: k\n    dims: { n: 8 }\n    inputs: { x: \"f32[n]\" }\n    outputs: { y: \"f32[n]\" }\n    body: |\n      y = exq(x)\n";
+    std::fs::write(&path, src).expect("write");
+    let shown = path.to_string_lossy().into_owned();
+    let (code, _, stderr) = cleave(&["check", &shown]);
+    assert_eq!(code, 1, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines[0].starts_with(&format!("{shown}:7:11: ")), "{stderr}");
+    let at =
+        lines.iter().position(|l| l.ends_with("y = exq(x)")).unwrap_or_else(|| panic!("no source line:\n{stderr}"));
+    let column = lines[at].find("exq").expect("the call");
+    assert_eq!(lines[at + 1].find('^'), Some(column), "{stderr}");
+    assert_eq!(lines[at + 1].matches('^').count(), 3, "{stderr}");
 }
 
 #[test]

@@ -114,6 +114,15 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
     let fx = Fixture { cache: fx.cache.join(stamp.to_string()), ..fx };
 
+    // 0. The binary's own dependencies (not the build script's, not the proc macro's) leave
+    //    the compiler out.
+    let (ok, tree) = fx.cargo(&["tree", "--edges", "normal,no-proc-macro", "--prefix", "none"]);
+    assert!(ok, "{tree}");
+    assert!(tree.lines().any(|l| l.starts_with("cleave-runtime ")), "{tree}");
+    for banned in ["cleave-core ", "cc ", "syn ", "clap "] {
+        assert!(!tree.lines().any(|l| l.starts_with(banned)), "the binary depends on {banned}:\n{tree}");
+    }
+
     // 1. A fresh build searches every kernel.
     let output = fx.build();
     let (log_path, log) = fx.log();
@@ -150,7 +159,12 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
         assert!(kernel_line(&log, kernel).contains("cache hit"), "{log}");
     }
 
-    // 4. Editing one declaration searches that kernel again, and only it.
+    // 4. Editing one declaration searches that kernel again, and only it; the other kernels'
+    //    host-emulation libraries come from the cache, and the edited one's is rebuilt exactly
+    //    when its generated source changed.
+    let (log_path, _) = fx.log();
+    let source = log_path.with_file_name("src").join("attention.cu");
+    let before = fs::read_to_string(&source).expect("the generated source");
     let edited = yaml.replace("s: { value: 64, dynamic: true }", "s: { value: 96, dynamic: true }");
     assert_ne!(edited, yaml, "the fixture's YAML changed; update this test");
     fs::write(&yaml_path, edited).unwrap();
@@ -159,6 +173,14 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     assert!(kernel_line(&log, "attention").contains("searched in"), "{log}");
     assert!(kernel_line(&log, "decode").contains("cache hit"), "{log}");
     assert!(kernel_line(&log, "swiglu").contains("cache hit"), "{log}");
+    let emulation = |kernel: &str| {
+        let prefix = format!("host emulation {kernel}: ");
+        log.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix} line:\n{log}")).to_string()
+    };
+    assert!(emulation("decode").contains("cache hit"), "{log}");
+    assert!(emulation("swiglu").contains("cache hit"), "{log}");
+    let changed = fs::read_to_string(&source).expect("the generated source") != before;
+    assert_eq!(emulation("attention").contains("compiled in"), changed, "{log}");
     let run = Command::new(fx.binary()).output().expect("the fixture runs");
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
 
@@ -169,7 +191,10 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     fs::write(&yaml_path, broken).unwrap();
     let (ok, output) = fx.cargo(&["build", "--release"]);
     assert!(!ok, "a broken YAML built:\n{output}");
-    assert!(output.contains("kernels.yaml:10:44: undefined name `w`"), "{output}");
+    // Cargo shows it first, as an error of its own (`cargo::error`), not only in the script's
+    // stderr; the stderr also has the source line with the name underlined.
+    assert!(output.contains("error: cleave-fixture@0.0.0: kernels.yaml:10:44: undefined name `w`"), "{output}");
+    assert!(output.contains("o = matmul(softmax(scores, axis=-1), w)"), "{output}");
     fs::write(&yaml_path, yaml).unwrap();
 
     // 5. At run time the binary needs only the system libraries: libcuda is loaded on demand.

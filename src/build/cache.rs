@@ -2,23 +2,22 @@
 //! switches and other crates building the same kernels.
 //!
 //! ```text
-//! <cache>/build/v1/kernels/<kernel>-<key>.json   pipeline result of one declaration
-//! <cache>/build/v1/fatbin/<key>.fatbin           one fatbin per set of sources
-//! <cache>/build/v1/emu/<key>/lib<name>.a         host-emulation library per set of sources
+//! <cache>/build/v2/kernels/<kernel>-<key>.json   pipeline result of one declaration
+//! <cache>/build/v2/fatbin/<key>.fatbin           the fatbin of one kernel's source
+//! <cache>/build/v2/emu/<key>/lib<name>.a         the host-emulation library of one kernel
 //! ```
 //!
 //! Every file is published by an atomic rename, so concurrent builds (two crates, two
 //! profiles) never see half-written entries; a corrupt or unreadable entry is a miss.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::env::Env;
 
 /// The layout version: bumped when the format of an entry changes.
-const LAYOUT: &str = "v1";
+const LAYOUT: &str = "v2";
 
 /// The cache root: the builder's setting, else the command line's rule
 /// ([`crate::emulate::cache_dir_from`]: `CLEAVE_CACHE_DIR`, else the user cache, else the temp
@@ -37,25 +36,14 @@ pub(crate) fn root(explicit: Option<&Path>, env: &Env) -> PathBuf {
     base.join("build").join(LAYOUT)
 }
 
-/// A unique temporary name next to `path`, for an atomic publish.
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(".tmp.{}.{n}", std::process::id()));
-    path.with_file_name(name)
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename.
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so
+/// that a concurrent reader sees the old file or the new one, never a part.
 pub(crate) fn publish(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    let tmp = temp_path(path);
-    fs::write(&tmp, bytes)?;
-    fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = fs::remove_file(&tmp);
-    })
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map(drop).map_err(|e| e.error)
 }
 
 /// Writes `bytes` to `path` unless it already holds exactly them, so that nothing watching

@@ -42,6 +42,7 @@ pub(crate) struct Directives {
     files: BTreeSet<String>,
     link: Vec<String>,
     warnings: Vec<String>,
+    errors: Vec<String>,
 }
 
 impl Directives {
@@ -66,6 +67,11 @@ impl Directives {
         self.warnings.push(message.replace('\n', " "));
     }
 
+    /// Reports a build failure to Cargo, which shows it above the script's output.
+    pub(crate) fn error(&mut self, message: &str) {
+        self.errors.push(message.replace('\n', " "));
+    }
+
     /// Prints every directive: watched files, read variables, link directives, warnings.
     // Printing to stdout is how a build script talks to Cargo.
     #[allow(clippy::print_stdout)]
@@ -81,6 +87,9 @@ impl Directives {
         }
         for w in &self.warnings {
             println!("cargo::warning={w}");
+        }
+        for e in &self.errors {
+            println!("cargo::error={e}");
         }
     }
 }

@@ -75,9 +75,12 @@ pub(crate) enum How {
     Searched { seconds: f64, search_seconds: f64, schedule_seconds: f64, graphs: usize, states: u64 },
 }
 
-/// The expression every module uses for its fatbin: a file the builder writes per build, so
-/// the cached module text does not depend on whether nvcc was found.
-const FATBIN_EXPR: &str = r#"include!(concat!(env!("OUT_DIR"), "/cleave/fatbin.rs"))"#;
+/// The expression a module uses for its fatbin: a file the builder writes per build and per
+/// kernel (each kernel has its own fatbin, so that editing one recompiles only it), so the
+/// cached module text does not depend on whether nvcc was found.
+fn fatbin_expr(kernel: &str) -> String {
+    format!(r#"include!(concat!(env!("OUT_DIR"), "/cleave/fatbin/{kernel}.rs"))"#)
+}
 
 /// The cache key of a declaration under these options: everything the generated artifacts
 /// depend on.
@@ -230,7 +233,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
         decl: &job.decl,
         plan: &plan,
         host_symbols: &host_symbols,
-        fatbin: FATBIN_EXPR,
+        fatbin: &fatbin_expr(name),
         summary: &summary,
     })
     .map_err(|e| e.to_string())?;

@@ -27,17 +27,19 @@
 //!
 //! 1. Reads every YAML file (paths relative to `CARGO_MANIFEST_DIR`) and, unless disabled,
 //!    scans `src/**/*.rs` for inline `kernel! { .. }` declarations. Errors in a YAML file fail
-//!    the build with `FILE:LINE:COL: message` diagnostics; an inline declaration with errors is
-//!    left to the macro, which reports it at the offending token.
+//!    the build with `FILE:LINE:COL: message` diagnostics, each reported to Cargo as a
+//!    `cargo::error` (so Cargo prints it first, not buried in the script's output) and shown in
+//!    the returned error with the source line it points at; an inline declaration with errors
+//!    is left to the macro, which reports it at the offending token.
 //! 2. Runs the pipeline (search, scheduling, code generation) for every kernel, in parallel,
 //!    or takes the result from the cache.
 //! 3. Writes under `OUT_DIR/cleave/`: the CUDA sources, the launcher modules, the headers and
 //!    `build.log` (whether each kernel was a cache hit or searched, and how long it took).
-//! 4. Compiles one fatbin with nvcc, if nvcc is found; without it the build still succeeds
-//!    with one warning, `launch` returns [`Error::NotBuilt`](crate::Error::NotBuilt) and
-//!    `run_host` works.
-//! 5. Compiles the host-emulation static library (the same CUDA source, as C++ against the
-//!    emulation header) with the system C++ compiler and links it.
+//! 4. Compiles a fatbin per kernel with nvcc (in parallel), if nvcc is found; without it the
+//!    build still succeeds with one warning, `launch` returns
+//!    [`Error::NotBuilt`](crate::Error::NotBuilt) and `run_host` works.
+//! 5. Compiles a host-emulation static library per kernel (the same CUDA source, as C++ against
+//!    the emulation header) with the system C++ compiler and links them.
 //! 6. Writes `kernels.lock` next to the (first) YAML file: the configuration chosen for every
 //!    kernel. It is rewritten only when a choice changes; commit it to see in review when a
 //!    kernel's schedule changed.
@@ -61,8 +63,9 @@
 //! Searching is the slow part, so its results live in a content-addressed cache outside
 //! `OUT_DIR` (it survives `cargo clean`): one entry per declaration, keyed by the declaration,
 //! the pipeline options (including the architectures), the versions of the generator and its
-//! headers; one fatbin per set of sources, nvcc and architectures; one emulation library per
-//! set of sources and C++ compiler. A rebuild with nothing changed searches nothing.
+//! headers; one fatbin per kernel source, nvcc and architectures; one emulation library per
+//! kernel source and C++ compiler. A rebuild with nothing changed searches nothing, and an
+//! edit of one kernel searches and compiles that kernel only.
 //!
 //! # Build profile
 //!
@@ -202,6 +205,13 @@ impl Builder {
         let env = Env::default();
         let mut directives = Directives::default();
         let result = self.run(&env, &mut directives);
+        // Each located message goes to Cargo as an error, which it prints first rather than
+        // inside the script's output; the snippets stay in the returned error, for stderr.
+        if let Err(e) = &result {
+            for m in e.messages() {
+                directives.error(m);
+            }
+        }
         // Directives are printed even when the build fails, so that fixing a watched file
         // reruns the script.
         directives.emit(&env);
@@ -239,7 +249,7 @@ impl Builder {
             }
         }
         if !errors.is_empty() {
-            return Err(BuildError { messages: errors });
+            return Err(BuildError::new(errors));
         }
 
         let dir = out_dir.join("cleave");
@@ -261,9 +271,12 @@ impl Builder {
             });
         }
 
-        // The GPU binary.
-        let fatbin_path = dir.join("kernels.fatbin");
-        let mut fatbin = None;
+        // The GPU binaries, one fatbin per kernel.
+        let named = |paths: &[PathBuf]| -> Vec<(String, PathBuf)> {
+            generated.iter().zip(paths).map(|(g, p)| (g.name.clone(), p.clone())).collect()
+        };
+        let fatbin_dir = dir.join("fatbin");
+        let mut fatbins = Vec::new();
         if !sources.is_empty() && self.use_nvcc {
             let found = discover_with(|v| {
                 env.record(v);
@@ -271,10 +284,16 @@ impl Builder {
             });
             match &found.nvcc {
                 Some(nvcc) => {
-                    let line = native::fatbin(nvcc, &sources, &include, &arches, &cache_root, &fatbin_path)
+                    let (major, minor) = nvcc.version;
+                    log.push(format!(
+                        "nvcc: {} (CUDA {major}.{minor}, found by {})",
+                        nvcc.path.display(),
+                        nvcc.found_by
+                    ));
+                    let lines = native::fatbins(nvcc, &named(&sources), &include, &arches, &cache_root, &fatbin_dir)
                         .map_err(|e| BuildError::one(format!("nvcc could not compile the generated kernels: {e}")))?;
-                    log.push(line);
-                    fatbin = Some(fatbin_path.clone());
+                    log.extend(lines);
+                    fatbins = generated.iter().map(|g| fatbin_dir.join(format!("{}.fatbin", g.name))).collect();
                 }
                 None => {
                     let why =
@@ -293,32 +312,44 @@ impl Builder {
         } else if !sources.is_empty() {
             log.push("fatbin: not built (disabled by the builder)".to_string());
         }
-        let fatbin_rs = match &fatbin {
-            Some(_) => format!(
-                "::core::option::Option::Some(::cleave::runtime::cuda::Fatbin {{ image: \
-                 include_bytes!(concat!(env!(\"OUT_DIR\"), \"/cleave/kernels.fatbin\")), built_for: {:?} }})\n",
-                arches.describe()
-            ),
-            None => {
-                let _ = fs::remove_file(&fatbin_path);
+        // Each module includes `fatbin/NAME.rs`: its fatbin, or `None` without nvcc.
+        let mut written = fatbins.clone();
+        for g in &generated {
+            let rs = fatbin_dir.join(format!("{}.rs", g.name));
+            let text = if fatbins.is_empty() {
                 "::core::option::Option::None\n".to_string()
-            }
-        };
-        cache::write_if_changed(&dir.join("fatbin.rs"), fatbin_rs.as_bytes())
-            .map_err(|e| io(&dir.join("fatbin.rs"), e))?;
+            } else {
+                format!(
+                    "::core::option::Option::Some(::cleave::runtime::cuda::Fatbin {{ image: \
+                     include_bytes!(concat!(env!(\"OUT_DIR\"), \"/cleave/fatbin/{}.fatbin\")), built_for: {:?} }})\n",
+                    g.name,
+                    arches.describe()
+                )
+            };
+            cache::write_if_changed(&rs, text.as_bytes()).map_err(|e| io(&rs, e))?;
+            written.push(rs);
+        }
+        remove_others(&fatbin_dir, &written);
 
-        // The host-emulation library.
+        // The host-emulation libraries, one per kernel.
         if !units.is_empty() {
-            let lib = format!("cleave_emu_{}", package.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-            let line =
-                native::emulation_library(&units, &include, &lib, &cache_root, &dir.join("lib"), env, directives)
-                    .map_err(BuildError::one)?;
-            log.push(line);
+            let lines = native::emulation_libraries(
+                &named(&units),
+                &include,
+                &package,
+                &cache_root,
+                &dir.join("lib"),
+                env,
+                directives,
+            )
+            .map_err(BuildError::one)?;
+            log.extend(lines);
         }
 
         if self.lockfile && !jobs.is_empty() {
             let lock_path = self.lock_path(&manifest);
-            let text = lock_text(&jobs, &generated, &arches);
+            let old = fs::read_to_string(&lock_path).ok();
+            let text = lock_text(old.as_deref(), &jobs, &generated, &arches);
             match cache::write_if_changed(&lock_path, text.as_bytes()) {
                 Ok(true) => log.push(format!("lockfile: updated {}", lock_path.display())),
                 Ok(false) => log.push(format!("lockfile: unchanged {}", lock_path.display())),
@@ -343,7 +374,7 @@ impl Builder {
                     },
                 })
                 .collect(),
-            fatbin,
+            fatbins,
             out_dir: dir,
             log: log_path,
         })
@@ -361,7 +392,8 @@ impl Builder {
             let bytes = match fs::read(&path) {
                 Ok(b) => b,
                 Err(e) => {
-                    errors.push(format!("{shown}: cannot read the kernel declarations ({}): {e}", path.display()));
+                    let message = format!("{shown}: cannot read the kernel declarations ({}): {e}", path.display());
+                    errors.push((message, None));
                     continue;
                 }
             };
@@ -371,7 +403,13 @@ impl Builder {
                     graph,
                     origin: Origin::Yaml(shown.clone()),
                 })),
-                Err(diags) => errors.extend(diags.iter().map(|d| d.render(&shown))),
+                Err(diags) => {
+                    let text = std::str::from_utf8(&bytes).ok().filter(|t| !t.contains('\0'));
+                    errors.extend(diags.iter().map(|d| {
+                        let shown_with_source = text.map(|t| d.render_with_source(&shown, t));
+                        (d.render(&shown), shown_with_source)
+                    }));
+                }
             }
         }
         let mut roots = Vec::new();
@@ -393,10 +431,11 @@ impl Builder {
         for job in &jobs {
             let at = job.origin.at(&job.decl);
             if let Some(prev) = first.get(job.decl.name.as_str()) {
-                errors.push(format!(
+                let message = format!(
                     "{at}: kernel `{}` is declared twice (first at {prev}); kernel names must be unique in a crate",
                     job.decl.name
-                ));
+                );
+                errors.push((message, None));
             } else {
                 first.insert(&job.decl.name, at);
             }
@@ -404,7 +443,9 @@ impl Builder {
         if errors.is_empty() {
             Ok(jobs)
         } else {
-            Err(BuildError { messages: errors })
+            let (messages, shown): (Vec<String>, Vec<Option<String>>) = errors.into_iter().unzip();
+            let shown = shown.into_iter().zip(&messages).map(|(s, m)| s.unwrap_or_else(|| m.clone())).collect();
+            Err(BuildError { messages, shown })
         }
     }
 
@@ -509,8 +550,11 @@ fn remove_others(dir: &Path, keep: &[PathBuf]) {
     }
 }
 
-/// The lockfile: per kernel, where it is declared and what was chosen.
-fn lock_text(jobs: &[Job], generated: &[Generated], arches: &ArchSet) -> String {
+/// The lockfile: per set of target architectures, per kernel, where it is declared and what
+/// was chosen. The plans differ by architecture (shared memory, SM count), so each set has its
+/// own entry, and the entries of other sets in the `old` lockfile are kept as they are:
+/// building for another `CUDA_COMPUTE_CAP` adds or updates its entry and changes no other.
+fn lock_text(old: Option<&str>, jobs: &[Job], generated: &[Generated], arches: &ArchSet) -> String {
     let mut kernels = serde_json::Map::new();
     for (job, g) in jobs.iter().zip(generated) {
         let mut entry = g.lock.clone();
@@ -519,11 +563,25 @@ fn lock_text(jobs: &[Job], generated: &[Generated], arches: &ArchSet) -> String 
         }
         kernels.insert(g.name.clone(), entry);
     }
+    merged_lock(old, &arches.describe(), kernels)
+}
+
+/// The lockfile text with the plan of `arches` set to `kernels` and every other plan of `old`
+/// (a lockfile of this format; anything else is replaced) unchanged. Keys are sorted, so the
+/// same plans always give the same bytes.
+fn merged_lock(old: Option<&str>, arches: &str, kernels: serde_json::Map<String, serde_json::Value>) -> String {
+    let mut plans = old
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        .and_then(|v| v.get("plans").and_then(|p| p.as_object()).cloned())
+        .unwrap_or_default();
+    let mut plan = serde_json::Map::new();
+    plan.insert("cleave".into(), serde_json::Value::String(env!("CARGO_PKG_VERSION").into()));
+    plan.insert("kernels".into(), serde_json::Value::Object(kernels));
+    plans.insert(arches.to_string(), serde_json::Value::Object(plan));
     let doc = serde_json::json!({
-        "comment": "Generated by cleave::build: the configuration chosen for each kernel. Do not edit; commit it.",
-        "cleave": env!("CARGO_PKG_VERSION"),
-        "arches": arches.describe(),
-        "kernels": kernels,
+        "comment": "Generated by cleave::build: the configuration chosen for each kernel, per set of target \
+                    architectures. Do not edit; commit it.",
+        "plans": plans,
     });
     let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     text.push('\n');
@@ -535,8 +593,8 @@ fn lock_text(jobs: &[Job], generated: &[Generated], arches: &ArchSet) -> String 
 pub struct Report {
     /// One entry per kernel, YAML kernels first.
     pub kernels: Vec<KernelReport>,
-    /// The fatbin, when nvcc built one.
-    pub fatbin: Option<PathBuf>,
+    /// One fatbin per kernel, in the order of `kernels`, when nvcc built them.
+    pub fatbins: Vec<PathBuf>,
     /// `OUT_DIR/cleave`.
     pub out_dir: PathBuf,
     /// The build log.
@@ -560,11 +618,17 @@ pub struct KernelReport {
 #[derive(Clone, PartialEq, Eq)]
 pub struct BuildError {
     messages: Vec<String>,
+    /// Each message as printed: with the source line it points at, where there is one.
+    shown: Vec<String>,
 }
 
 impl BuildError {
+    fn new(messages: Vec<String>) -> Self {
+        BuildError { shown: messages.clone(), messages }
+    }
+
     fn one(message: impl Into<String>) -> Self {
-        BuildError { messages: vec![message.into()] }
+        BuildError::new(vec![message.into()])
     }
 
     /// The messages, each `FILE:LINE:COL: message` where a location is known.
@@ -573,9 +637,10 @@ impl BuildError {
     }
 }
 
+/// Every message, each followed by the source line it points at where the build read one.
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.messages.join("\n"))
+        f.write_str(&self.shown.join("\n"))
     }
 }
 
@@ -584,7 +649,7 @@ impl fmt::Display for BuildError {
 impl fmt::Debug for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "cleave could not build the kernels:")?;
-        f.write_str(&self.messages.join("\n"))
+        f.write_str(&self.shown.join("\n"))
     }
 }
 
@@ -603,8 +668,33 @@ mod tests {
     }
 
     #[test]
+    fn a_lockfile_keeps_the_plans_of_other_architectures() {
+        let kernels = |graph: &str| {
+            let mut m = serde_json::Map::new();
+            m.insert("attention".into(), serde_json::json!({ "graph": [graph] }));
+            m
+        };
+        let both = merged_lock(None, "sm_80, sm_90, compute_90", kernels("o = a"));
+        let with_86 = merged_lock(Some(&both), "sm_86", kernels("o = b"));
+        let v: serde_json::Value = serde_json::from_str(&with_86).expect("JSON");
+        assert_eq!(v["plans"]["sm_80, sm_90, compute_90"]["kernels"]["attention"]["graph"][0], "o = a");
+        assert_eq!(v["plans"]["sm_86"]["kernels"]["attention"]["graph"][0], "o = b");
+        // Building the first set again changes nothing; updating it leaves sm_86 alone.
+        assert_eq!(merged_lock(Some(&with_86), "sm_80, sm_90, compute_90", kernels("o = a")), with_86);
+        let updated = merged_lock(Some(&with_86), "sm_80, sm_90, compute_90", kernels("o = c"));
+        let u: serde_json::Value = serde_json::from_str(&updated).expect("JSON");
+        assert_eq!(u["plans"]["sm_86"], v["plans"]["sm_86"]);
+        assert_eq!(u["plans"]["sm_80, sm_90, compute_90"]["kernels"]["attention"]["graph"][0], "o = c");
+        // A lockfile of the earlier format, or not JSON at all, is replaced.
+        let fresh = merged_lock(Some("{\"arches\": \"sm_80\", \"kernels\": {}}"), "sm_86", kernels("o = b"));
+        let f: serde_json::Value = serde_json::from_str(&fresh).expect("JSON");
+        assert_eq!(f["plans"].as_object().map(|p| p.len()), Some(1));
+        assert!(f.get("kernels").is_none());
+    }
+
+    #[test]
     fn build_errors_print_their_messages() {
-        let e = BuildError { messages: vec!["kernels.yaml:3:5: unknown op `foo`".into()] };
+        let e = BuildError::one("kernels.yaml:3:5: unknown op `foo`");
         assert_eq!(e.to_string(), "kernels.yaml:3:5: unknown op `foo`");
         assert!(format!("{e:?}").ends_with("kernels.yaml:3:5: unknown op `foo`"));
     }

@@ -1,10 +1,13 @@
-//! The native artifacts of a build: the fatbin (nvcc) and the host-emulation static library
-//! (the system C++ compiler through `cc`), both cached by content outside `OUT_DIR`.
+//! The native artifacts of a build: a fatbin (nvcc) and a host-emulation static library (the
+//! system C++ compiler through `cc`) per kernel, each cached by its kernel's content outside
+//! `OUT_DIR`, so that editing one kernel recompiles only its own.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+use rayon::prelude::*;
 
 use cleave_core::codegen::headers;
 use cleave_core::toolchain::{compile_fatbin, ArchSet, Nvcc};
@@ -16,9 +19,32 @@ use super::env::{Directives, Env};
 /// must not reuse an old binary.
 const NVCC_FLAGS_VERSION: &str = "-fatbin -O3 -std=c++17 -Xptxas -v";
 
-/// Builds (or reuses) the fatbin of `sources` and copies it to `out`. Returns a line for the
-/// build log.
-pub(crate) fn fatbin(
+/// Builds (or reuses) one fatbin per kernel (name, CUDA source), in parallel, each cached by
+/// its own source, and copies each to `out_dir/NAME.fatbin`: editing one kernel recompiles
+/// only that kernel. Returns a build-log line per kernel, in order.
+pub(crate) fn fatbins(
+    nvcc: &Nvcc,
+    kernels: &[(String, PathBuf)],
+    include: &Path,
+    arches: &ArchSet,
+    cache_root: &Path,
+    out_dir: &Path,
+) -> Result<Vec<String>, String> {
+    fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    kernels
+        .par_iter()
+        .map(|(name, source)| {
+            let out = out_dir.join(format!("{name}.fatbin"));
+            let line = fatbin(nvcc, std::slice::from_ref(source), include, arches, cache_root, &out)
+                .map_err(|e| format!("kernel `{name}`: {e}"))?;
+            Ok(format!("fatbin {name}: {line}"))
+        })
+        .collect()
+}
+
+/// Builds (or reuses) the fatbin of `sources` and copies it to `out`. Returns what happened,
+/// for the build log.
+fn fatbin(
     nvcc: &Nvcc,
     sources: &[PathBuf],
     include: &Path,
@@ -42,21 +68,27 @@ pub(crate) fn fatbin(
     let key = cleave_core::hash::hex(&refs);
     let cached = cache_root.join("fatbin").join(format!("{key}.fatbin"));
     let line = if cached.is_file() {
-        format!("fatbin: cache hit ({})", cached.display())
+        format!("cache hit ({})", cached.display())
     } else {
         let start = Instant::now();
         fs::create_dir_all(cached.parent().unwrap_or(cache_root))
             .map_err(|e| format!("{}: {e}", cache_root.display()))?;
-        let tmp = cache::temp_path(&cached);
-        let report = compile_fatbin(nvcc, sources, &[include.to_owned()], arches, &tmp).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            e.to_string()
-        })?;
-        fs::rename(&tmp, &cached).map_err(|e| format!("{}: {e}", cached.display()))?;
+        // nvcc writes under a unique name that is renamed into place, so that concurrent
+        // builds never read a half-written fatbin; the name is removed if nvcc fails.
+        let dir = cached.parent().unwrap_or(cache_root);
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{key}."))
+            .suffix(".fatbin")
+            .tempfile_in(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .into_temp_path();
+        let report = compile_fatbin(nvcc, sources, &[include.to_owned()], arches, &tmp);
         // The umbrella source compile_fatbin writes next to its output is of no further use.
-        let mut umbrella = tmp.into_os_string();
+        let mut umbrella = tmp.to_path_buf().into_os_string();
         umbrella.push(".all.cu");
         let _ = fs::remove_file(umbrella);
+        let report = report.map_err(|e| e.to_string())?;
+        tmp.persist(&cached).map_err(|e| format!("{}: {e}", cached.display()))?;
         let spills: Vec<String> = report
             .kernels
             .iter()
@@ -64,7 +96,7 @@ pub(crate) fn fatbin(
             .map(|k| format!("{} ({}): {} spill stores", k.name, k.arch, k.spill_stores))
             .collect();
         let mut line = format!(
-            "fatbin: compiled by {} {}.{} for {} in {:.2} s",
+            "compiled by {} {}.{} for {} in {:.2} s",
             nvcc.path.display(),
             nvcc.version.0,
             nvcc.version.1,
@@ -109,17 +141,19 @@ fn cxx_stdlib(env: &Env, target: &str) -> Option<String> {
     }
 }
 
-/// Builds (or reuses) the host-emulation static library from `units` (C++ files that include
-/// the generated CUDA sources) and links it into the crate. Returns a line for the build log.
-pub(crate) fn emulation_library(
-    units: &[PathBuf],
+/// Builds (or reuses) one host-emulation static library per kernel (name, C++ unit that
+/// includes the kernel's generated CUDA), each cached by its own unit, and links them all into
+/// the crate: editing one kernel recompiles only its library. Returns a build-log line per
+/// kernel, in order.
+pub(crate) fn emulation_libraries(
+    units: &[(String, PathBuf)],
     include: &Path,
-    lib_name: &str,
+    package: &str,
     cache_root: &Path,
     lib_dir: &Path,
     env: &Env,
     directives: &mut Directives,
-) -> Result<String, String> {
+) -> Result<Vec<String>, String> {
     let target = Env::cargo("TARGET").map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
     record_cc_vars(env, &target);
     let mut build = cc::Build::new();
@@ -140,57 +174,126 @@ pub(crate) fn emulation_library(
     }
     let compiler = build.try_get_compiler().map_err(|e| format!("no C++ compiler for the host emulation: {e}"))?;
     let version = Command::new(compiler.path()).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
-    let mut parts: Vec<Vec<u8>> = vec![
-        b"cleave-emu-v1".to_vec(),
+    let common: Vec<Vec<u8>> = vec![
+        b"cleave-emu-v2".to_vec(),
         headers::fingerprint().into_bytes(),
-        lib_name.as_bytes().to_vec(),
         target.as_bytes().to_vec(),
         compiler.path().as_os_str().as_encoded_bytes().to_vec(),
         compiler.args().iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ").into_bytes(),
         version,
     ];
-    for unit in units {
-        parts.push(unit.file_name().unwrap_or_default().as_encoded_bytes().to_vec());
-        parts.push(fs::read(unit).map_err(|e| format!("{}: {e}", unit.display()))?);
-        let cu = unit.with_extension("").with_extension("cu");
-        parts.push(fs::read(&cu).unwrap_or_default());
+    let package = package.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let libs: Vec<(String, PathBuf, String)> = units
+        .par_iter()
+        .map(|(name, unit)| {
+            let lib_name = format!("cleave_emu_{package}_{name}");
+            let mut parts = common.clone();
+            parts.push(lib_name.as_bytes().to_vec());
+            parts.push(fs::read(unit).map_err(|e| format!("{}: {e}", unit.display()))?);
+            parts.push(fs::read(unit.with_extension("").with_extension("cu")).unwrap_or_default());
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let key = cleave_core::hash::hex(&refs);
+            let (cached, how) = emulation_library(&build, unit, &lib_name, &key, cache_root)?;
+            Ok((lib_name, cached, format!("host emulation {name}: {how}")))
+        })
+        .collect::<Result<_, String>>()?;
+    fs::create_dir_all(lib_dir).map_err(|e| format!("{}: {e}", lib_dir.display()))?;
+    let mut keep = Vec::new();
+    for (lib_name, cached, _) in &libs {
+        let out = lib_dir.join(format!("lib{lib_name}.a"));
+        cache::copy_if_changed(cached, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+        keep.push(out);
+        directives.link(format!("rustc-link-lib=static={lib_name}"));
     }
-    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    let key = cleave_core::hash::hex(&refs);
-    let file = format!("lib{lib_name}.a");
-    let cached_dir = cache_root.join("emu").join(&key);
-    let cached = cached_dir.join(&file);
-    let line = if cached.is_file() {
-        format!("host emulation library: cache hit ({})", cached.display())
-    } else {
-        let start = Instant::now();
-        let work = cache::temp_path(&cached_dir);
-        fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-        build.out_dir(&work).files(units);
-        let result =
-            build.try_compile(lib_name).map_err(|e| format!("the C++ compiler failed on the host emulation: {e}"));
-        if let Err(e) = result {
-            let _ = fs::remove_dir_all(&work);
-            return Err(e);
+    // Libraries of kernels no longer declared would be linked by nothing, but they would
+    // linger; the directory holds exactly this build's.
+    if let Ok(entries) = fs::read_dir(lib_dir) {
+        for e in entries.flatten() {
+            if !keep.contains(&e.path()) {
+                let _ = fs::remove_file(e.path());
+            }
         }
-        fs::create_dir_all(&cached_dir).map_err(|e| format!("{}: {e}", cached_dir.display()))?;
-        let tmp = cache::temp_path(&cached);
-        fs::rename(work.join(&file), &tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        fs::rename(&tmp, &cached).map_err(|e| format!("{}: {e}", cached.display()))?;
-        let _ = fs::remove_dir_all(&work);
-        format!(
-            "host emulation library: compiled {} units with {} in {:.2} s",
-            units.len(),
-            compiler.path().display(),
-            start.elapsed().as_secs_f64()
-        )
-    };
-    let out = lib_dir.join(&file);
-    cache::copy_if_changed(&cached, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
     directives.link(format!("rustc-link-search=native={}", lib_dir.display()));
-    directives.link(format!("rustc-link-lib=static={lib_name}"));
     if let Some(std) = cxx_stdlib(env, &target) {
         directives.link(format!("rustc-link-lib={std}"));
     }
-    Ok(line)
+    Ok(libs.into_iter().map(|(_, _, line)| line).collect())
+}
+
+/// The cached static library `lib_name` of one unit, compiled first if the cache lacks it, and
+/// what happened.
+fn emulation_library(
+    build: &cc::Build,
+    unit: &Path,
+    lib_name: &str,
+    key: &str,
+    cache_root: &Path,
+) -> Result<(PathBuf, String), String> {
+    let file = format!("lib{lib_name}.a");
+    let cached_dir = cache_root.join("emu").join(key);
+    let cached = cached_dir.join(&file);
+    if cached.is_file() {
+        return Ok((cached.clone(), format!("cache hit ({})", cached.display())));
+    }
+    let start = Instant::now();
+    // cc builds in a private directory (removed when `work` drops), and the library is
+    // renamed from there into place, atomically.
+    let emu = cache_root.join("emu");
+    fs::create_dir_all(&emu).map_err(|e| format!("{}: {e}", emu.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix(&format!("{key}."))
+        .tempdir_in(&emu)
+        .map_err(|e| format!("{}: {e}", emu.display()))?;
+    let mut build = build.clone();
+    build.out_dir(work.path()).file(unit);
+    build.try_compile(lib_name).map_err(|e| format!("the C++ compiler failed on the host emulation: {e}"))?;
+    fs::create_dir_all(&cached_dir).map_err(|e| format!("{}: {e}", cached_dir.display()))?;
+    fs::rename(work.path().join(&file), &cached).map_err(|e| format!("{}: {e}", cached.display()))?;
+    Ok((cached, format!("compiled in {:.2} s", start.elapsed().as_secs_f64())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Editing one of two kernels recompiles its fatbin only; the other comes from the cache.
+    /// Runs where nvcc is found (CI requires it through `CLEAVE_REQUIRE_NVCC`).
+    #[test]
+    fn each_kernel_has_its_own_cached_fatbin() {
+        let found = cleave_core::toolchain::discover();
+        let Some(nvcc) = found.nvcc else {
+            assert!(
+                std::env::var_os("CLEAVE_REQUIRE_NVCC").is_none(),
+                "CLEAVE_REQUIRE_NVCC is set but no nvcc was found: {}",
+                found.notes.join("; ")
+            );
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("cleave-fatbins-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let include = dir.join("include");
+        headers::write_to(&include).expect("headers");
+        let source = |name: &str, value: f32| {
+            let path = dir.join(format!("{name}.cu"));
+            let text =
+                format!("extern \"C\" __global__ void cleave_{name}(float* x) {{ x[threadIdx.x] = {value:?}f; }}\n");
+            fs::write(&path, text).expect("source");
+            (name.to_string(), path)
+        };
+        let arches = ArchSet::parse("90").expect("arches");
+        let (cache, out) = (dir.join("cache"), dir.join("out"));
+        let kernels = vec![source("one", 1.0), source("two", 2.0)];
+        let first = fatbins(&nvcc, &kernels, &include, &arches, &cache, &out).expect("nvcc");
+        assert!(first.iter().all(|l| l.contains(": compiled by ")), "{first:?}");
+        let kernels = vec![source("one", 1.0), source("two", 3.0)];
+        let second = fatbins(&nvcc, &kernels, &include, &arches, &cache, &out).expect("nvcc");
+        assert!(second[0].starts_with("fatbin one: cache hit"), "{second:?}");
+        assert!(second[1].starts_with("fatbin two: compiled by "), "{second:?}");
+        for name in ["one", "two"] {
+            let bytes = fs::metadata(out.join(format!("{name}.fatbin"))).map(|m| m.len()).unwrap_or(0);
+            assert!(bytes > 0, "{name}.fatbin is missing or empty");
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

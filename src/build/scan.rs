@@ -40,18 +40,16 @@ pub(crate) fn rust_files(root: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Every `.rs` file below `dir`, skipping hidden directories and `target` (build output).
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        let hidden = name.to_str().is_none_or(|n| n.starts_with('.') || n == "target");
-        if path.is_dir() {
-            if !hidden {
-                walk(&path, out);
-            }
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
+    let skipped = |e: &walkdir::DirEntry| {
+        e.depth() > 0
+            && e.file_type().is_dir()
+            && e.file_name().to_str().is_none_or(|n| n.starts_with('.') || n == "target")
+    };
+    for entry in walkdir::WalkDir::new(dir).follow_links(true).into_iter().filter_entry(|e| !skipped(e)).flatten() {
+        if entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "rs") {
+            out.push(entry.into_path());
         }
     }
 }

@@ -139,10 +139,21 @@ pub(crate) fn with_progress<T>(message: String, work: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Reads and checks a declaration file; diagnostics become one user error.
+/// Reads and checks a declaration file; diagnostics become one user error, each its
+/// `FILE:LINE:COL: message` line followed by the source line it points at (for a text file).
 pub(crate) fn load(file: &str) -> Result<Module, UserError> {
     let bytes = std::fs::read(Path::new(file)).map_err(|e| UserError(format!("{file}: cannot read: {e}")))?;
-    check_source(&bytes).map_err(|diags| UserError(diags.iter().map(|d| d.render(file)).collect::<Vec<_>>().join("\n")))
+    check_source(&bytes).map_err(|diags| {
+        let text = std::str::from_utf8(&bytes).ok().filter(|t| !t.contains('\0'));
+        let shown: Vec<String> = diags
+            .iter()
+            .map(|d| match text {
+                Some(t) => d.render_with_source(file, t),
+                None => d.render(file),
+            })
+            .collect();
+        UserError(shown.join("\n"))
+    })
 }
 
 /// Runs a command line (without the program name); returns the exit code.

@@ -44,6 +44,50 @@ impl Diagnostic {
     }
 }
 
+impl Diagnostic {
+    /// The contract line, then the source line it points at with a caret under the offending
+    /// item, as codespan-reporting draws it. `source` is the text of `file`; a position past
+    /// its end points at the end.
+    pub fn render_with_source(&self, file: &str, source: &str) -> String {
+        use codespan_reporting::diagnostic::{Diagnostic as Report, Label};
+        use codespan_reporting::files::SimpleFile;
+        use codespan_reporting::term::{emit_into_string, Config};
+
+        let start = byte_offset(source, self.pos);
+        let len = source[start..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .map(char::len_utf8)
+            .sum::<usize>()
+            .max(source[start..].chars().next().filter(|c| *c != '\n').map_or(0, char::len_utf8));
+        let files = SimpleFile::new(file, source);
+        let report = Report::error().with_message(&self.message).with_label(Label::primary((), start..start + len));
+        let contract = self.render(file);
+        match emit_into_string(&Config::default(), &files, &report) {
+            // The first line repeats the message as `error: ..`; the contract line replaces it.
+            Ok(text) => {
+                let snippet: Vec<&str> = text.lines().skip(1).collect();
+                format!("{contract}\n{}", snippet.join("\n").trim_end())
+            }
+            Err(_) => contract,
+        }
+    }
+}
+
+/// The byte offset of a 1-based line and character column in `source`, clamped to its end.
+fn byte_offset(source: &str, pos: Pos) -> usize {
+    let mut offset = 0;
+    for (i, line) in source.split_inclusive('\n').enumerate() {
+        if i + 1 == pos.line as usize {
+            let col = pos.col.saturating_sub(1) as usize;
+            let within: usize = line.trim_end_matches(['\n', '\r']).chars().take(col).map(char::len_utf8).sum();
+            return offset + within;
+        }
+        offset += line.len();
+    }
+    source.len()
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}: {}", self.pos.line, self.pos.col, self.message)
@@ -103,6 +147,26 @@ impl PosMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snippet_shows_the_line_and_underlines_the_item() {
+        let src = "kernels:\n  - name: k\n    body: |\n      y = softmx(x)\n";
+        let d = Diagnostic::new(Pos::new(4, 11), "unknown function `softmx`");
+        let text = d.render_with_source("k.yaml", src);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "k.yaml:4:11: unknown function `softmx`");
+        let source = lines.iter().position(|l| l.contains("y = softmx(x)")).unwrap_or_else(|| panic!("{text}"));
+        let caret = lines[source + 1];
+        // The carets sit under `softmx`, in the same column as in the source line.
+        let at = lines[source].find("softmx").unwrap_or(0);
+        assert_eq!(caret.find('^'), Some(at), "{text}");
+        assert_eq!(caret.matches('^').count(), "softmx".len(), "{text}");
+        // Past the end of the file, and on a multi-byte line, it still renders.
+        let end = Diagnostic::new(Pos::new(9, 1), "unexpected end").render_with_source("k.yaml", src);
+        assert!(end.starts_with("k.yaml:9:1: unexpected end\n"), "{end}");
+        let wide = Diagnostic::new(Pos::new(1, 3), "here").render_with_source("k.yaml", "é é zz\n");
+        assert!(wide.lines().any(|l| l.trim_end().ends_with('^')), "{wide}");
+    }
 
     #[test]
     fn block_bodies_map_lines_and_columns() {
