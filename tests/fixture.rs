@@ -1,14 +1,16 @@
 //! Builds and runs `tests/fixture`, a downstream crate that uses cleave exactly as a user
-//! would (build.rs + `include_kernels!` + an inline `kernel!` + `kernel!(name)`), on a machine
-//! without a GPU or nvcc.
+//! would (build.rs + `include_kernels!` + an inline `kernel!` + `kernel!(name)` + `kernel!`
+//! inside its own `macro_rules!`), on a machine without a GPU or nvcc.
 //!
 //! One test, because the fixture's release build is the slow part and is done once:
+//! 0. the binary's own dependency graph has no compiler (`cargo tree`);
 //! 1. a fresh cache: the build searches every kernel, and the binary's `run_host` results match
 //!    the f64 reference, misuse is an `Err`, and the GPU path says `NoDriver`;
 //! 2. a second build with nothing changed reruns nothing (the build log is untouched);
 //! 3. touching the YAML without changing a declaration reruns the build script, which takes
 //!    every kernel from the cache;
-//! 4. editing one declaration searches that kernel again, and only it;
+//! 4. editing one declaration searches that kernel again, and only it, and rebuilds only its
+//!    host-emulation library;
 //! 5. an error in the YAML fails the build with `FILE:LINE:COL: message`;
 //! 6. the release binary links neither nvcc, NVRTC nor the CUDA runtime (`ldd`).
 //!
@@ -126,13 +128,13 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     // 1. A fresh build searches every kernel.
     let output = fx.build();
     let (log_path, log) = fx.log();
-    for kernel in ["attention", "decode", "swiglu"] {
+    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
         assert!(kernel_line(&log, kernel).contains("searched in"), "{log}");
     }
     assert!(log.contains("fatbin: not built (nvcc not found)"), "{log}");
     assert!(output.contains("nvcc not found"), "expected one cargo warning about nvcc:\n{output}");
     let lock = fs::read_to_string(fx.dir.join("kernels.lock")).expect("kernels.lock next to kernels.yaml");
-    for kernel in ["attention", "decode", "swiglu"] {
+    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
         assert!(lock.contains(&format!("\"{kernel}\"")), "{lock}");
     }
 
@@ -155,7 +157,7 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     fs::write(&yaml_path, format!("{yaml}# touched\n")).unwrap();
     fx.build();
     let (_, log) = fx.log();
-    for kernel in ["attention", "decode", "swiglu"] {
+    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
         assert!(kernel_line(&log, kernel).contains("cache hit"), "{log}");
     }
 

@@ -81,6 +81,7 @@
 
 mod cache;
 mod env;
+mod expand;
 mod kernel;
 mod native;
 mod scan;
@@ -417,14 +418,19 @@ impl Builder {
             roots.push(manifest.join("src"));
         }
         roots.extend(self.scan_extra.iter().map(|p| manifest.join(p)));
+        // Every file is read first: a `macro_rules!` of one file may be invoked in another.
+        let mut files = Vec::new();
         for root in roots {
             for path in scan::rust_files(&root) {
                 directives.watch(&path);
                 let Ok(text) = fs::read_to_string(&path) else { continue };
-                let shown = path.strip_prefix(manifest).unwrap_or(&path).display().to_string();
-                for k in scan::scan_text(&shown, &text) {
-                    jobs.push(Job { decl: k.decl, graph: k.graph, origin: Origin::Inline(k.file, k.line, k.col) });
-                }
+                files.push((path.strip_prefix(manifest).unwrap_or(&path).display().to_string(), text));
+            }
+        }
+        let macros = scan::macros(files.iter().map(|(_, t)| t.as_str()));
+        for (shown, text) in &files {
+            for k in scan::scan_text(shown, text, &macros) {
+                jobs.push(Job { decl: k.decl, graph: k.graph, origin: Origin::Inline(k.file, k.line, k.col) });
             }
         }
         let mut first: BTreeMap<&str, String> = BTreeMap::new();
