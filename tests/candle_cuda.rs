@@ -14,23 +14,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use cleave_core::toolchain::discover;
+use cleave_core::toolchain::nvcc_for_check;
 
 #[test]
 fn the_candle_cuda_path_builds() {
-    let found = discover();
-    let Some(nvcc) = found.nvcc else {
-        assert!(
-            std::env::var_os("CLEAVE_REQUIRE_NVCC").is_none(),
-            "CLEAVE_REQUIRE_NVCC is set but no nvcc was found: {}",
-            found.notes.join("; ")
-        );
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("note: no nvcc found ({}); skipping the candle CUDA build", found.notes.join("; "));
-        }
-        return;
-    };
+    let Some(nvcc) = nvcc_for_check("the candle CUDA build") else { return };
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // candle's build finds nvcc on PATH, so the discovered one goes first.
     let bin = nvcc.path.parent().expect("nvcc has a directory").to_path_buf();

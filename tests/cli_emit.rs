@@ -108,7 +108,7 @@ fn emitted_directories_compile_as_they_are() {
         Command::new("python3").args(["-m", "py_compile"]).arg(dir.join("gqa_decode.py")).output().expect("python3");
     assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
     // `nvcc -c -I DIR` with no other flags, when nvcc is available.
-    if let Some(nvcc) = cleave_core::toolchain::discover().nvcc {
+    if let Some(nvcc) = cleave_core::toolchain::nvcc_for_check("compiling the emitted CUDA with nvcc") {
         let out = Command::new(&nvcc.path)
             .arg("-c")
             .arg("-I")

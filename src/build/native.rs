@@ -261,15 +261,7 @@ mod tests {
     /// Runs where nvcc is found (CI requires it through `CLEAVE_REQUIRE_NVCC`).
     #[test]
     fn each_kernel_has_its_own_cached_fatbin() {
-        let found = cleave_core::toolchain::discover();
-        let Some(nvcc) = found.nvcc else {
-            assert!(
-                std::env::var_os("CLEAVE_REQUIRE_NVCC").is_none(),
-                "CLEAVE_REQUIRE_NVCC is set but no nvcc was found: {}",
-                found.notes.join("; ")
-            );
-            return;
-        };
+        let Some(nvcc) = cleave_core::toolchain::nvcc_for_check("the per-kernel fatbin check") else { return };
         let dir = std::env::temp_dir().join(format!("cleave-fatbins-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let include = dir.join("include");

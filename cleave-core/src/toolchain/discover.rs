@@ -83,6 +83,24 @@ pub fn find_nvcc() -> Option<Nvcc> {
     discover().nvcc
 }
 
+/// nvcc for a check that needs one (a test, a benchmark): `Some` when it is found. When it is
+/// not, `None` after a note on stderr naming the skipped `check`, unless `CLEAVE_REQUIRE_NVCC`
+/// is set (CI sets it): then a missing nvcc is a panic that says why, so a check can never
+/// pass by skipping where nvcc was promised.
+#[allow(clippy::print_stderr)]
+pub fn nvcc_for_check(check: &str) -> Option<Nvcc> {
+    let found = discover();
+    if found.nvcc.is_none() {
+        let why = found.notes.join("; ");
+        assert!(
+            std::env::var_os("CLEAVE_REQUIRE_NVCC").is_none(),
+            "CLEAVE_REQUIRE_NVCC is set but no nvcc was found: {why}"
+        );
+        eprintln!("note: no nvcc found ({why}); skipping {check}");
+    }
+    found.nvcc
+}
+
 /// Searches using the process environment; see [`discover_with`].
 pub fn discover() -> Discovery {
     discover_with(|name| std::env::var_os(name))

@@ -30,7 +30,7 @@ pub mod sass;
 
 pub use arch::{Arch, ArchError, ArchSet, Variant, COMPUTE_CAP_VAR};
 pub use compile::{compile_each, compile_fatbin, ToolchainError};
-pub use discover::{discover, discover_with, find_nvcc, parse_version, Discovery, Nvcc};
+pub use discover::{discover, discover_with, find_nvcc, nvcc_for_check, parse_version, Discovery, Nvcc};
 pub use report::{
     parse_ptxas, BudgetError, BudgetViolation, CompileReport, KernelStats, MAX_REGISTERS, MAX_STATIC_SMEM,
 };
