@@ -1,6 +1,8 @@
 //! Fingerprints cleave-core's own sources and headers into `CLEAVE_CORE_FINGERPRINT`, so that
 //! build caches keyed on it (the `cleave::build` cache of searched and generated kernels) are
-//! invalidated whenever the generator changes, not only when its version number does.
+//! invalidated whenever the generator changes, not only when its version number does. Also
+//! records the target triple (`CLEAVE_CORE_TARGET`), which the host emulation needs when it
+//! compiles C++ for the running process outside a build script.
 //!
 //! The script prints no `rerun-if-changed`: Cargo then reruns it whenever any file of the
 //! package changes, which is exactly when the fingerprint may change.
@@ -42,4 +44,7 @@ fn main() {
         eat(&fs::read(file).unwrap_or_default());
     }
     println!("cargo::rustc-env=CLEAVE_CORE_FINGERPRINT={h:016x}");
+    if let Ok(target) = std::env::var("TARGET") {
+        println!("cargo::rustc-env=CLEAVE_CORE_TARGET={target}");
+    }
 }

@@ -34,9 +34,9 @@ pub fn cache_dir_from(explicit: Option<std::ffi::OsString>) -> PathBuf {
     }
 }
 
-/// The target this crate was built for: the emulation library is loaded into this process, so
-/// it is compiled for the same target.
-const TARGET: &str = env!("CLEAVE_TARGET");
+/// The target this process was built for: the emulation library is loaded into it, so it is
+/// compiled for the same target.
+const TARGET: &str = cleave_core::toolchain::BUILD_TARGET;
 
 /// The C++ compiler command for the emulation library, as `cc` chooses it (`CXX`, `CXXFLAGS`
 /// and the target's defaults), with the flags of a shared library of this process' target.

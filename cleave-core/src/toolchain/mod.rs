@@ -29,6 +29,11 @@ mod report;
 pub mod sass;
 
 pub use arch::{Arch, ArchError, ArchSet, Variant, COMPUTE_CAP_VAR};
+
+/// The target triple this crate was compiled for: what a C++ compiler must target to build
+/// code loaded into this process (the host emulation, compiled at run time by the command
+/// line and the tests).
+pub const BUILD_TARGET: &str = env!("CLEAVE_CORE_TARGET");
 pub use compile::{compile_each, compile_fatbin, ToolchainError};
 pub use discover::{discover, discover_with, find_nvcc, nvcc_for_check, parse_version, Discovery, Nvcc};
 pub use report::{
