@@ -38,28 +38,34 @@ pub fn cache_dir_from(explicit: Option<std::ffi::OsString>) -> PathBuf {
 /// compiled for the same target.
 const TARGET: &str = cleave_core::toolchain::BUILD_TARGET;
 
-/// The C++ compiler command for the emulation library, as `cc` chooses it (`CXX`, `CXXFLAGS`
-/// and the target's defaults), with the flags of a shared library of this process' target.
-fn compiler(include: &Path) -> Result<cc::Tool, String> {
+/// The `cc` configuration of every host-emulation build, for `target`: C++17, optimized (the
+/// emulator runs every thread of every block, and unoptimized it would crawl), the emulation
+/// define and headers, and no Cargo output of `cc`'s own. The build script and [`compile`]
+/// both start from it.
+pub(crate) fn emulation_build(target: &str, include: &Path) -> cc::Build {
     let mut build = cc::Build::new();
     build
         .cpp(true)
         .std("c++17")
-        .target(TARGET)
-        .host(TARGET)
-        // The emulator runs every thread of every block: unoptimized it would crawl.
         .opt_level(2)
         .debug(false)
-        .pic(true)
         .warnings(false)
         .cargo_metadata(false)
         .cargo_warnings(false)
-        .emit_rerun_if_env_changed(false)
         .define("CLEAVE_EMULATE", None)
         .include(include);
-    if !TARGET.contains("msvc") {
+    if !target.contains("msvc") {
         build.flag("-pthread").flag("-w");
     }
+    build
+}
+
+/// The C++ compiler command for the emulation library, as `cc` chooses it (`CXX`, `CXXFLAGS`
+/// and the target's defaults), with the flags of a shared library of this process' target.
+fn compiler(include: &Path) -> Result<cc::Tool, String> {
+    let mut build = emulation_build(TARGET, include);
+    // Outside a build script nothing sets Cargo's variables, so the target is given here.
+    build.target(TARGET).host(TARGET).pic(true).emit_rerun_if_env_changed(false);
     build.try_get_compiler().map_err(|e| format!("no C++ compiler for the host emulation (set CXX): {e}"))
 }
 

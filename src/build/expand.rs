@@ -159,12 +159,7 @@ fn match_seq(
                 at += 1;
             }
             Matcher::Fragment(name, kind) => {
-                let stop = match m.get(k + 1) {
-                    Some(Matcher::Token(t)) => Some(t),
-                    Some(_) => None,
-                    None => follow,
-                };
-                let n = fragment_len(kind, &input[at..], stop)?;
+                let n = fragment_len(kind, &input[at..], next_token(m, k, follow))?;
                 b.insert(name.clone(), Binding::One(input[at..at + n].to_vec()));
                 at += n;
             }
@@ -184,12 +179,8 @@ fn match_seq(
                         }
                     }
                     let mut rb = BTreeMap::new();
-                    let after = match m.get(k + 1) {
-                        Some(Matcher::Token(t)) => Some(t),
-                        Some(_) => None,
-                        None => follow,
-                    };
-                    match match_seq(inner, &input[start.min(input.len())..], &mut rb, sep.as_ref().or(after)) {
+                    let after = sep.as_ref().or(next_token(m, k, follow));
+                    match match_seq(inner, &input[start.min(input.len())..], &mut rb, after) {
                         Some(n) if n > 0 => {
                             runs.push(rb);
                             at = start + n;
@@ -211,6 +202,16 @@ fn match_seq(
         }
     }
     Some(at)
+}
+
+/// The token the matcher expects right after element `k`: the next element when it is a token,
+/// `follow` when `k` is the last.
+fn next_token<'a>(m: &'a [Matcher], k: usize, follow: Option<&'a TokenTree>) -> Option<&'a TokenTree> {
+    match m.get(k + 1) {
+        Some(Matcher::Token(t)) => Some(t),
+        Some(_) => None,
+        None => follow,
+    }
 }
 
 fn names(m: &[Matcher]) -> Vec<String> {

@@ -156,22 +156,7 @@ pub(crate) fn emulation_libraries(
 ) -> Result<Vec<String>, String> {
     let target = Env::cargo("TARGET").map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
     record_cc_vars(env, &target);
-    let mut build = cc::Build::new();
-    build
-        .cpp(true)
-        .std("c++17")
-        // The emulator is the test backend; an unoptimized one would make `run_host` crawl in
-        // debug builds.
-        .opt_level(2)
-        .debug(false)
-        .warnings(false)
-        .cargo_metadata(false)
-        .cargo_warnings(false)
-        .define("CLEAVE_EMULATE", None)
-        .include(include);
-    if !target.contains("msvc") {
-        build.flag("-pthread").flag("-w");
-    }
+    let build = crate::emulate::emulation_build(&target, include);
     let compiler = build.try_get_compiler().map_err(|e| format!("no C++ compiler for the host emulation: {e}"))?;
     let version = Command::new(compiler.path()).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
     let common: Vec<Vec<u8>> = vec![

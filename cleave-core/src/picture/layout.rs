@@ -138,9 +138,7 @@ fn order(
     let mut best = (crossings(links, &pos, node_rank), layers.clone());
     for sweep in 0..SWEEPS {
         let down = sweep % 2 == 0;
-        let seq: Vec<usize> =
-            if down { (1..layers.len()).collect() } else { (0..layers.len().saturating_sub(1)).rev().collect() };
-        for r in seq {
+        for r in sweep_ranks(layers.len(), down) {
             let adj = if down { preds } else { succs };
             let mut keyed: Vec<(f64, usize)> = layers[r]
                 .iter()
@@ -167,6 +165,16 @@ fn order(
         }
     }
     best.1
+}
+
+/// The ranks a sweep visits: downward from the second, or upward from the second to last, each
+/// placed against the rank it has just left.
+fn sweep_ranks(ranks: usize, down: bool) -> Vec<usize> {
+    if down {
+        (1..ranks).collect()
+    } else {
+        (0..ranks.saturating_sub(1)).rev().collect()
+    }
 }
 
 /// Pairs of links between the same two ranks that cross.
@@ -217,9 +225,7 @@ fn coordinates(
     }
     for pass in 0..PASSES {
         let down = pass % 2 == 0;
-        let seq: Vec<usize> =
-            if down { (1..layers.len()).collect() } else { (0..layers.len().saturating_sub(1)).rev().collect() };
-        for r in seq {
+        for r in sweep_ranks(layers.len(), down) {
             let adj = if down { preds } else { succs };
             let l = &layers[r];
             let desired: Vec<f64> = l
