@@ -10,6 +10,9 @@
 //! - CUDA tensors (with the `candle-cuda` feature) launch on the device's own stream, reading
 //!   and writing candle's memory in place, with no copy and no synchronisation.
 //!
+//! Inputs are read where they lie, at candle's strides (a narrow, a slice of a fused tensor or
+//! a transpose of the outer axes is no copy); only a strided last axis is refused.
+//!
 //! Every mismatch is an `Err` naming the argument, never a panic.
 
 use candle_core::{CpuStorage, DType as CandleDType, Device, Layout, Storage};
@@ -51,20 +54,32 @@ fn shape_of(spec: &TensorSpec, extents: &[u64]) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// The element range of a contiguous input inside its storage, or an error saying why the
-/// tensor cannot be read in place.
-fn contiguous_range(spec: &TensorSpec, layout: &Layout) -> Result<std::ops::Range<usize>> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(start..end),
-        None => Err(wrap(Error::Argument {
+/// Where an input lies in its storage: the offset of its first element and its element
+/// strides, or an error when the kernels cannot read it in place. They take every axis at a
+/// runtime stride but read rows contiguously, so a narrow, a slice of a fused tensor or a
+/// transpose of the outer axes is read where it is; a tensor whose last axis is strided is not.
+fn view_of(spec: &TensorSpec, layout: &Layout) -> Result<(usize, Vec<usize>)> {
+    let (dims, strides) = (layout.dims(), layout.stride());
+    let last_contiguous = dims.last().is_none_or(|&e| e <= 1) || strides.last() == Some(&1);
+    if !last_contiguous {
+        return Err(wrap(Error::Argument {
             arg: spec.name,
             message: format!(
-                "is not contiguous (shape {:?}, strides {:?}); pass `.contiguous()?` of it",
-                layout.dims(),
-                layout.stride()
+                "has a strided last axis (shape {dims:?}, strides {strides:?}), and the kernels read rows \
+                 contiguously; pass `.contiguous()?` of it, or declare it in its storage order and \
+                 `transpose` it in the body"
             ),
-        })),
+        }));
     }
+    Ok((layout.start_offset(), strides.to_vec()))
+}
+
+/// `data[start..]`, or an error naming the argument when the layout starts past the storage.
+fn from<'a, T>(spec: &TensorSpec, data: &'a [T], start: usize) -> std::result::Result<&'a [T], Error> {
+    data.get(start..).ok_or_else(|| Error::Argument {
+        arg: spec.name,
+        message: format!("starts at element {start} of a storage of {}", data.len()),
+    })
 }
 
 /// Runs a generated kernel on candle tensors: what every `candle_forward` calls.
@@ -177,16 +192,18 @@ unsafe fn forward_cpu(
     let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
     let mut args = host::Args::new(plan, dynamic).map_err(wrap)?;
     for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
-        let range = contiguous_range(spec, layout)?;
+        let (start, strides) = view_of(spec, layout)?;
         let Storage::Cpu(cpu) = &**storage else {
             let message = "is not in CPU memory".to_string();
             return Err(wrap(Error::Argument { arg: spec.name, message }));
         };
-        // The dtype was checked against the declaration, so the slice type matches it.
+        // The dtype was checked against the declaration, so the slice type matches it. The
+        // view is read in place, from its first element on; the builder checks that it lies
+        // inside the storage.
         match cpu {
-            CpuStorage::F16(v) => args.input(&v[range]),
-            CpuStorage::BF16(v) => args.input(&v[range]),
-            CpuStorage::F32(v) => args.input(&v[range]),
+            CpuStorage::F16(v) => from(spec, v, start).and_then(|v| args.input_strided(v, &strides).map(drop)),
+            CpuStorage::BF16(v) => from(spec, v, start).and_then(|v| args.input_strided(v, &strides).map(drop)),
+            CpuStorage::F32(v) => from(spec, v, start).and_then(|v| args.input_strided(v, &strides).map(drop)),
             _ => Err(Error::Argument { arg: spec.name, message: "has an unsupported dtype".into() }),
         }
         .map_err(wrap)?;
@@ -218,9 +235,9 @@ mod cuda {
     use candle_core::op::BackpropOp;
     use candle_core::{CudaDevice, CudaStorage, Storage, Tensor};
 
-    use super::{contiguous_range, wrap, Result};
+    use super::{view_of, wrap, Result};
     use crate::runtime::cuda::{Args, Fatbin};
-    use crate::runtime::plan::{DType, LaunchPlan};
+    use crate::runtime::plan::{DType, LaunchPlan, TensorSpec};
     use crate::runtime::{bf16, f16};
     use crate::Error;
 
@@ -246,11 +263,11 @@ mod cuda {
         let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
         let mut views = Vec::with_capacity(inputs.len());
         for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
-            let range = contiguous_range(spec, layout)?;
+            let (start, strides) = view_of(spec, layout)?;
             let Storage::Cuda(cuda) = &**storage else {
                 return Err(wrap(Error::Argument { arg: spec.name, message: "is not in CUDA memory".into() }));
             };
-            views.push((spec, cuda, range));
+            views.push((spec, cuda, start, strides));
         }
         let mut outs = Vec::with_capacity(plan.outputs.len());
         for (spec, shape) in plan.outputs.iter().zip(out_shapes) {
@@ -266,22 +283,32 @@ mod cuda {
             outs.push(buf);
         }
         {
+            let past_end = |spec: &TensorSpec, start: usize| {
+                wrap(Error::Argument { arg: spec.name, message: format!("starts past its storage (element {start})") })
+            };
             let input_views: Vec<_> = views
                 .iter()
-                .map(|(spec, cuda, range)| -> Result<InputView<'_>> {
-                    Ok(match spec.dtype {
-                        DType::F16 => InputView::F16(cuda.as_cuda_slice::<f16>()?.slice(range.clone())),
-                        DType::BF16 => InputView::BF16(cuda.as_cuda_slice::<bf16>()?.slice(range.clone())),
-                        DType::F32 => InputView::F32(cuda.as_cuda_slice::<f32>()?.slice(range.clone())),
-                    })
+                .map(|(spec, cuda, start, strides)| -> Result<(InputView<'_>, &[usize])> {
+                    let view = match spec.dtype {
+                        DType::F16 => InputView::F16(cuda.as_cuda_slice::<f16>()?.try_slice(*start..)),
+                        DType::BF16 => InputView::BF16(cuda.as_cuda_slice::<bf16>()?.try_slice(*start..)),
+                        DType::F32 => InputView::F32(cuda.as_cuda_slice::<f32>()?.try_slice(*start..)),
+                    };
+                    if view.is_empty() {
+                        return Err(past_end(spec, *start));
+                    }
+                    Ok((view, strides.as_slice()))
                 })
                 .collect::<Result<_>>()?;
             let mut args = Args::new(plan, &stream, dynamic).map_err(wrap)?;
-            for view in &input_views {
+            // Every view is read in place, at candle's strides; the builder checks each one
+            // against its storage.
+            for (view, strides) in &input_views {
                 match view {
-                    InputView::F16(v) => args.input(v),
-                    InputView::BF16(v) => args.input(v),
-                    InputView::F32(v) => args.input(v),
+                    InputView::F16(Some(v)) => args.input_strided(v, strides),
+                    InputView::BF16(Some(v)) => args.input_strided(v, strides),
+                    InputView::F32(Some(v)) => args.input_strided(v, strides),
+                    _ => continue,
                 }
                 .map_err(wrap)?;
             }
@@ -310,10 +337,17 @@ mod cuda {
             .collect()
     }
 
+    /// An input's storage from its first element on (`None` when the layout starts past it).
     enum InputView<'a> {
-        F16(crate::runtime::cudarc::driver::CudaView<'a, f16>),
-        BF16(crate::runtime::cudarc::driver::CudaView<'a, bf16>),
-        F32(crate::runtime::cudarc::driver::CudaView<'a, f32>),
+        F16(Option<crate::runtime::cudarc::driver::CudaView<'a, f16>>),
+        BF16(Option<crate::runtime::cudarc::driver::CudaView<'a, bf16>>),
+        F32(Option<crate::runtime::cudarc::driver::CudaView<'a, f32>>),
+    }
+
+    impl InputView<'_> {
+        fn is_empty(&self) -> bool {
+            matches!(self, InputView::F16(None) | InputView::BF16(None) | InputView::F32(None))
+        }
     }
 }
 

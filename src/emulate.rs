@@ -195,6 +195,8 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                                 ParamData::Output(i) => Param::Output(i),
                                 ParamData::Workspace(i) => Param::Workspace(i),
                                 ParamData::Extent(i) => Param::Extent(i),
+                                ParamData::InputStride(i, a) => Param::InputStride(i, a),
+                                ParamData::OutputStride(i, a) => Param::OutputStride(i, a),
                             })
                             .collect(),
                     ),
@@ -285,6 +287,35 @@ impl HostLibrary {
         seed: u64,
         options: &EmuOptions,
     ) -> Result<Vec<Tensor>, String> {
+        self.run_in(launch, bindings, inputs, seed, options, false)
+    }
+
+    /// Like [`HostLibrary::run_with`], with every input and output passed as a view inside a
+    /// larger buffer: rows 16 bytes longer than the tensor's, one spare index on every outer
+    /// axis, and a start 16 bytes into the buffer; every element outside a view is a NaN. An
+    /// output element outside its view that the kernels change is an error. The outputs come
+    /// back dense, so they can be compared with a dense run's: the kernels' arithmetic does not
+    /// depend on where the tensors lie, so the two agree bit for bit.
+    pub fn run_views(
+        &self,
+        launch: &Launch,
+        bindings: &Bindings,
+        inputs: &[Tensor],
+        seed: u64,
+        options: &EmuOptions,
+    ) -> Result<Vec<Tensor>, String> {
+        self.run_in(launch, bindings, inputs, seed, options, true)
+    }
+
+    fn run_in(
+        &self,
+        launch: &Launch,
+        bindings: &Bindings,
+        inputs: &[Tensor],
+        seed: u64,
+        options: &EmuOptions,
+        views: bool,
+    ) -> Result<Vec<Tensor>, String> {
         let g = &launch.graph;
         let mut fns: Vec<EmuFn> = Vec::new();
         for l in self.plan.launches {
@@ -328,6 +359,9 @@ impl HostLibrary {
         if g.inputs.len() != plan.inputs.len() || g.outputs.len() != plan.outputs.len() {
             return Err(format!("{}: the launch's tensors do not match the plan", plan.kernel));
         }
+        let padded =
+            |shape: &[usize], dtype: DType| if views { Padded::new(shape, dtype.size()) } else { Padded::dense(shape) };
+        let mut in_views: Vec<Padded> = Vec::with_capacity(inputs.len());
         let mut in_bytes: Vec<Aligned> = Vec::with_capacity(inputs.len());
         for ((t, i), spec) in inputs.iter().zip(&g.inputs).zip(plan.inputs) {
             let n = count(spec)?;
@@ -341,29 +375,137 @@ impl HostLibrary {
                     spec.dtype
                 ));
             }
-            in_bytes.push(Aligned::new(&to_bytes(i.decl.dtype, &t.data)));
+            let view = padded(&t.shape, i.decl.dtype);
+            in_bytes.push(Aligned::new(&view.scatter(i.decl.dtype, &to_bytes(i.decl.dtype, &t.data))));
+            in_views.push(view);
         }
+        let mut out_views: Vec<Padded> = Vec::with_capacity(plan.outputs.len());
         let mut out_bytes: Vec<Aligned> = Vec::with_capacity(plan.outputs.len());
         for (o, spec) in g.outputs.iter().zip(plan.outputs) {
             if rt_dtype(o.decl.dtype) != spec.dtype {
                 return Err(format!("{}: output `{}` has another dtype in the plan", plan.kernel, spec.name));
             }
-            out_bytes.push(Aligned::new(&vec![0xFFu8; count(spec)? * spec.dtype.size_bytes() as usize]));
+            let shape = bindings.extents(&o.decl.shape);
+            if shape.iter().product::<usize>() != count(spec)? {
+                return Err(format!("{}: output `{}` has another shape in the plan", plan.kernel, spec.name));
+            }
+            let view = padded(&shape, o.decl.dtype);
+            out_bytes.push(Aligned::new(&vec![0xFFu8; view.len * o.decl.dtype.size() as usize]));
+            out_views.push(view);
         }
-        let in_ptrs: Vec<*const u8> = in_bytes.iter().map(|b| b.as_ptr()).collect();
-        let out_ptrs: Vec<*mut u8> = out_bytes.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        // SAFETY: each buffer holds exactly the element count and dtype that `self.plan` gives
-        // its tensor for these extents (checked above), starts 16-byte aligned, and is a
-        // separate allocation, so outputs overlap nothing; `fns` are the library's entry
-        // points for the plan's launches, in order, and `compile_source`'s caller vouched that
-        // the library implements the plan.
-        unsafe { cleave_runtime::host::execute_with(plan, &fns, &extents, &in_ptrs, &out_ptrs, seed, options) }
-            .map_err(|e| e.to_string())?;
-        Ok(g.outputs
+        // Each view starts `offset` elements into its buffer.
+        let in_ptrs: Vec<*const u8> = in_bytes
             .iter()
-            .zip(&out_bytes)
-            .map(|(o, b)| Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &b.bytes()) })
-            .collect())
+            .zip(&in_views)
+            .zip(&g.inputs)
+            .map(|((b, v), i)| b.as_ptr().wrapping_add(v.offset * i.decl.dtype.size() as usize))
+            .collect();
+        let out_ptrs: Vec<*mut u8> = out_bytes
+            .iter_mut()
+            .zip(&out_views)
+            .zip(&g.outputs)
+            .map(|((b, v), o)| b.as_mut_ptr().wrapping_add(v.offset * o.decl.dtype.size() as usize))
+            .collect();
+        let mut layouts = cleave_runtime::Layouts::contiguous(plan, &extents).map_err(|e| e.to_string())?;
+        for (i, (v, p)) in in_views.iter().zip(&in_ptrs).enumerate() {
+            layouts.set_input(plan, &extents, i, &v.strides, v.len - v.offset, *p as u64).map_err(|e| e.to_string())?;
+        }
+        for (o, (v, p)) in out_views.iter().zip(&out_ptrs).enumerate() {
+            layouts
+                .set_output(plan, &extents, o, &v.strides, v.len - v.offset, *p as u64)
+                .map_err(|e| e.to_string())?;
+        }
+        // SAFETY: each buffer holds its tensor's view, whose strides, span and alignment the
+        // layouts checked against the buffer from the view's start to its end, in the dtype
+        // that `self.plan` gives the tensor for these extents (checked above); each is a
+        // separate allocation, so outputs overlap nothing else, and the layouts checked that
+        // no output overlaps itself; `fns` are the library's entry points for the plan's
+        // launches, in order, and `compile_source`'s caller vouched that the library
+        // implements the plan.
+        unsafe {
+            cleave_runtime::host::execute_with(plan, &fns, &extents, &layouts, &in_ptrs, &out_ptrs, seed, options)
+        }
+        .map_err(|e| e.to_string())?;
+        let mut outs = Vec::with_capacity(g.outputs.len());
+        for ((o, b), v) in g.outputs.iter().zip(&out_bytes).zip(&out_views) {
+            let (dense, stray) = v.gather(o.decl.dtype, &b.bytes());
+            if let Some(at) = stray {
+                return Err(format!(
+                    "{}: output `{}`: element {at} of its buffer, outside its view, was written",
+                    plan.kernel, o.decl.name
+                ));
+            }
+            outs.push(Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &dense) });
+        }
+        Ok(outs)
+    }
+}
+
+/// Where a tensor lies in the buffer the emulator passes: dense, or a padded view (see
+/// [`HostLibrary::run_views`]).
+struct Padded {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    /// The element the view starts at.
+    offset: usize,
+    /// The buffer's length in elements.
+    len: usize,
+}
+
+impl Padded {
+    fn dense(shape: &[usize]) -> Padded {
+        let mut strides = vec![1; shape.len()];
+        for a in (0..shape.len().saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1] * shape[a + 1];
+        }
+        Padded { shape: shape.to_vec(), strides, offset: 0, len: shape.iter().product() }
+    }
+
+    /// Rows 16 bytes longer, a spare index on each outer axis, and a 16-byte offset, so that
+    /// a tensor copied in 16-byte chunks stays aligned.
+    fn new(shape: &[usize], size: u64) -> Padded {
+        let pad = (16 / size) as usize;
+        let n = shape.len();
+        let mut strides = vec![1; n];
+        for a in (0..n.saturating_sub(1)).rev() {
+            strides[a] = if a + 2 == n { shape[a + 1] + pad } else { strides[a + 1] * (shape[a + 1] + 1) };
+        }
+        let span: usize = 1 + shape.iter().zip(&strides).map(|(e, s)| e.saturating_sub(1) * s).sum::<usize>();
+        Padded { shape: shape.to_vec(), strides, offset: pad, len: pad + span + pad }
+    }
+
+    /// The buffer offset of every element of the tensor, in row-major order.
+    fn offsets(&self) -> Vec<usize> {
+        let mut out = vec![self.offset];
+        for (e, s) in self.shape.iter().zip(&self.strides) {
+            out = out.iter().flat_map(|base| (0..*e).map(move |i| base + i * s)).collect();
+        }
+        out
+    }
+
+    /// The buffer holding `dense` (row-major bytes) at this view, NaN (all ones) elsewhere.
+    fn scatter(&self, dtype: DType, dense: &[u8]) -> Vec<u8> {
+        let size = dtype.size() as usize;
+        let mut buf = vec![0xFFu8; self.len * size];
+        for (d, at) in self.offsets().into_iter().enumerate() {
+            buf[at * size..][..size].copy_from_slice(&dense[d * size..][..size]);
+        }
+        buf
+    }
+
+    /// The view's elements as dense row-major bytes, and the first element outside the view
+    /// that is not all ones (written by someone), if any.
+    fn gather(&self, dtype: DType, buf: &[u8]) -> (Vec<u8>, Option<usize>) {
+        let size = dtype.size() as usize;
+        let offsets = self.offsets();
+        let mut inside = vec![false; self.len];
+        let mut dense = Vec::with_capacity(offsets.len() * size);
+        for at in offsets {
+            inside[at] = true;
+            dense.extend_from_slice(&buf[at * size..][..size]);
+        }
+        let stray = (0..self.len).find(|&at| !inside[at] && buf[at * size..][..size].iter().any(|&b| b != 0xFF));
+        (dense, stray)
     }
 }
 

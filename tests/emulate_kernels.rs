@@ -2,7 +2,8 @@
 //! for the host emulator, matches the f64 reference on fresh random inputs at extents that are
 //! not multiples of any tile size, and runs clean under the race, hazard and bounds checks;
 //! attention kernels get scores of magnitude up to about ±500. The kernels take turns at the
-//! emulator's three thread schedules.
+//! emulator's three thread schedules, and every other one also runs with its tensors as
+//! padded, offset views of larger buffers (`--views`), which must match the dense run exactly.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -36,6 +37,9 @@ fn every_declared_kernel_passes_on_the_emulator() {
         for _ in 0..2 {
             s.spawn(|| loop {
                 let Some((i, name)) = queue.lock().expect("queue").pop() else { break };
+                // Every other kernel also runs with each tensor a padded, offset view of a
+                // larger buffer, and must give the dense run's outputs bit for bit.
+                let views: &[&str] = if i % 2 == 0 { &["--views"] } else { &[] };
                 let out = Command::new(env!("CARGO_BIN_EXE_cleave"))
                     .args([
                         "run",
@@ -53,24 +57,27 @@ fn every_declared_kernel_passes_on_the_emulator() {
                         "--schedule",
                         schedules[i % schedules.len()],
                     ])
+                    .args(views)
                     .output()
                     .expect("cleave runs");
                 let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
                 let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-                results.lock().expect("results").push((name, out.status.code(), stdout, stderr));
+                results.lock().expect("results").push((name, !views.is_empty(), out.status.code(), stdout, stderr));
             });
         }
     });
     let results = results.into_inner().expect("results");
     let mut failures = Vec::new();
-    for (name, code, stdout, stderr) in &results {
+    for (name, views, code, stdout, stderr) in &results {
         // The command compares with the tolerance of the kernel's types and prints both.
         let value = |key: &str| -> Option<f64> { stdout.lines().find_map(|l| l.strip_prefix(key)?.parse().ok()) };
+        let viewed = !views || stdout.contains("views: every output matches the dense run bit for bit");
         match (code, value("max_rel_err="), value("tolerance=")) {
-            (Some(0), Some(e), Some(tol)) if e <= tol && tol <= 2.5e-2 => {}
+            (Some(0), Some(e), Some(tol)) if e <= tol && tol <= 2.5e-2 && viewed => {}
             _ => failures.push(format!("{name}: exit {code:?}\n{stdout}{stderr}")),
         }
     }
+    assert_eq!(results.iter().filter(|r| r.1).count(), names.len() / 2, "half the kernels run with views");
     assert_eq!(results.len(), names.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -128,13 +128,13 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     // 1. A fresh build searches every kernel.
     let output = fx.build();
     let (log_path, log) = fx.log();
-    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
+    for kernel in ["attention", "decode", "swiglu", "proj", "row_norm_40", "row_norm_24"] {
         assert!(kernel_line(&log, kernel).contains("searched in"), "{log}");
     }
     assert!(log.contains("fatbin: not built (nvcc not found)"), "{log}");
     assert!(output.contains("nvcc not found"), "expected one cargo warning about nvcc:\n{output}");
     let lock = fs::read_to_string(fx.dir.join("kernels.lock")).expect("kernels.lock next to kernels.yaml");
-    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
+    for kernel in ["attention", "decode", "swiglu", "proj", "row_norm_40", "row_norm_24"] {
         assert!(lock.contains(&format!("\"{kernel}\"")), "{lock}");
     }
 
@@ -157,7 +157,7 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     fs::write(&yaml_path, format!("{yaml}# touched\n")).unwrap();
     fx.build();
     let (_, log) = fx.log();
-    for kernel in ["attention", "decode", "swiglu", "row_norm_40", "row_norm_24"] {
+    for kernel in ["attention", "decode", "swiglu", "proj", "row_norm_40", "row_norm_24"] {
         assert!(kernel_line(&log, kernel).contains("cache hit"), "{log}");
     }
 

@@ -19,6 +19,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::element::Element;
+use crate::layout::{self, Layouts, View};
 use crate::plan::{self, Extents, KernelLaunch, LaunchPlan, Param, Role, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS};
 use crate::Error;
 
@@ -90,20 +91,24 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
 /// This is the convenient path; a serving loop loads once with [`Loaded::new`] and launches
 /// through [`Loaded::launch`], which takes no lock and allocates nothing.
 ///
-/// `extents` has one entry per dim (see [`plan::extents`]); `inputs` and `outputs` hold one
-/// device address per declared tensor. A launch whose grid has a zero dimension is skipped.
+/// `extents` has one entry per dim (see [`plan::extents`]); `layouts` gives each tensor's view
+/// ([`Layouts::contiguous`] for dense tensors); `inputs` and `outputs` hold one device address
+/// per declared tensor, its view's first element. A launch whose grid has a zero dimension is
+/// skipped.
 ///
 /// # Safety
 ///
-/// Each address must point to device memory of the stream's context holding the tensor's
-/// element count (for these extents) in its dtype, readable (inputs) or writable (outputs)
-/// by work queued on `stream`, and outputs must not overlap any other argument. `fatbin` must
-/// hold the kernels `plan` names, with the parameters it lists.
+/// Each address must point to device memory of the stream's context holding its view's span
+/// (for these extents) in its dtype, aligned as [`layout::alignment`] says, readable (inputs)
+/// or writable (outputs) by work queued on `stream`, and outputs must not overlap any other
+/// argument, nor themselves. `fatbin` must hold the kernels `plan` names, with the parameters
+/// it lists.
 pub unsafe fn execute(
     stream: &Arc<CudaStream>,
     fatbin: Option<&Fatbin>,
     plan: &LaunchPlan,
     extents: &[u64],
+    layouts: &Layouts,
     inputs: &[DevPtr],
     outputs: &[DevPtr],
 ) -> Result<(), Error> {
@@ -123,7 +128,7 @@ pub unsafe fn execute(
     let base = workspace.as_ref().map_or(0, |slice| slice.device_ptr(stream).0);
     // SAFETY: the caller vouches for the tensors and the fatbin; the workspace is a live
     // allocation of `layout.total` bytes that outlives the queued launches.
-    unsafe { launch_all(stream, plan, &functions, extents, inputs, outputs, (base, layout.total)) }
+    unsafe { launch_all(stream, plan, &functions, extents, layouts, inputs, outputs, (base, layout.total)) }
 }
 
 /// Queues every launch of `plan` on `stream` with the functions loaded for it (one per launch),
@@ -134,11 +139,13 @@ pub unsafe fn execute(
 /// As for [`execute`]; in addition `workspace` is `(address, bytes)` of device memory of the
 /// stream's context that no other work uses until these launches are done (`(0, 0)` when the
 /// plan needs none).
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch_all(
     stream: &CudaStream,
     plan: &LaunchPlan,
     functions: &[Arc<CudaFunction>],
     extents: &[u64],
+    layouts: &Layouts,
     inputs: &[DevPtr],
     outputs: &[DevPtr],
     workspace: (DevPtr, u64),
@@ -152,7 +159,7 @@ unsafe fn launch_all(
         .bind_to_thread()
         .map_err(|e| Error::Launch { kernel, message: describe("binding the CUDA context", e) })?;
     let cu_stream = stream.cu_stream();
-    queue_plan(plan, extents, inputs, outputs, workspace, &mut |i, grid, params| {
+    queue_plan(plan, extents, layouts, inputs, outputs, workspace, &mut |i, grid, params| {
         let launch = &plan.launches[i];
         // SAFETY: the function takes exactly the parameters the plan lists, each pointer in
         // `params` points at a live 64-bit value for the duration of the call, and the caller
@@ -184,6 +191,7 @@ pub(crate) type QueueFn<'q> = dyn FnMut(usize, [u32; 3], &mut [*mut c_void]) -> 
 pub(crate) fn queue_plan(
     plan: &LaunchPlan,
     extents: &[u64],
+    layouts: &Layouts,
     inputs: &[DevPtr],
     outputs: &[DevPtr],
     workspace: (DevPtr, u64),
@@ -203,8 +211,9 @@ pub(crate) fn queue_plan(
         if grid.contains(&0) {
             continue;
         }
-        // Every parameter is a 64-bit value: a device address, or an extent, which the kernel
-        // reads as an int64_t (every extent is below 2^31, so the bytes are the same).
+        // Every parameter is a 64-bit value: a device address, or an extent or a stride, which
+        // the kernel reads as an int64_t (extents are below 2^31 and strides below 2^48, so the
+        // bytes are the same).
         let mut values = [0u64; MAX_PARAMS];
         for (slot, param) in values.iter_mut().zip(launch.params) {
             let value = match *param {
@@ -214,6 +223,8 @@ pub(crate) fn queue_plan(
                     layout.get(usize::from(i)).map(|(offset, bytes)| if bytes == 0 { 0 } else { workspace.0 + offset })
                 }
                 Param::Extent(i) => extents.get(usize::from(i)).copied(),
+                Param::InputStride(i, a) => layouts.input_stride(usize::from(i), usize::from(a)),
+                Param::OutputStride(i, a) => layouts.output_stride(usize::from(i), usize::from(a)),
             };
             *slot = value.ok_or_else(|| Error::InvalidPlan {
                 kernel,
@@ -332,6 +343,7 @@ impl Loaded {
                 self.plan,
                 &self.functions,
                 &args.extents,
+                &args.layouts,
                 &args.inputs[..args.n_inputs],
                 &args.outputs[..args.n_outputs],
                 (base, bytes),
@@ -486,6 +498,7 @@ pub struct Args<'a> {
     plan: &'a LaunchPlan,
     stream: &'a Arc<CudaStream>,
     extents: Extents,
+    layouts: Layouts,
     inputs: [DevPtr; MAX_TENSORS],
     n_inputs: usize,
     outputs: [DevPtr; MAX_TENSORS],
@@ -511,10 +524,12 @@ impl<'a> Args<'a> {
     /// order.
     pub fn new(plan: &'a LaunchPlan, stream: &'a Arc<CudaStream>, dynamic: &[usize]) -> Result<Self, Error> {
         require_driver()?;
+        let extents = Extents::new(plan, dynamic)?;
         Ok(Self {
             plan,
             stream,
-            extents: Extents::new(plan, dynamic)?,
+            layouts: Layouts::contiguous(plan, &extents)?,
+            extents,
             inputs: [0; MAX_TENSORS],
             n_inputs: 0,
             outputs: [0; MAX_TENSORS],
@@ -528,12 +543,39 @@ impl<'a> Args<'a> {
         &self.extents
     }
 
-    /// Adds the next declared input: a `CudaSlice`, `CudaView` or `CudaViewMut`.
+    /// Adds the next declared input, dense and row-major: a `CudaSlice`, `CudaView` or
+    /// `CudaViewMut` of exactly its element count.
     pub fn input<T: Element, S: DevicePtr<T>>(&mut self, buf: &'a S) -> Result<&mut Self, Error> {
         let name =
             plan::check_arg(self.plan, &self.extents, Role::Input, self.n_inputs, T::DTYPE, DeviceSlice::len(buf))?;
+        self.add_input(buf, name, None)
+    }
+
+    /// Adds the next declared input as a view starting at the buffer's first element:
+    /// `strides` gives one element stride per declared axis (the last 1), and the view must lie
+    /// inside the buffer (a K cache allocated for its capacity, one head's slice of a fused
+    /// projection, a candle narrow).
+    pub fn input_strided<T: Element, S: DevicePtr<T>>(
+        &mut self,
+        buf: &'a S,
+        strides: &[usize],
+    ) -> Result<&mut Self, Error> {
+        let name = plan::check_dtype(self.plan, Role::Input, self.n_inputs, T::DTYPE)?;
+        self.add_input(buf, name, Some(strides))
+    }
+
+    fn add_input<T: Element, S: DevicePtr<T>>(
+        &mut self,
+        buf: &'a S,
+        name: &'static str,
+        strides: Option<&[usize]>,
+    ) -> Result<&mut Self, Error> {
         self.check_context(DeviceSlice::stream(buf), name)?;
-        let (ptr, guard) = buf.device_ptr(self.stream);
+        let addr = buf.device_ptr(self.stream);
+        // The guard is recorded only once the view checks out; a dropped guard records a read
+        // that never happens, which only orders later work after this point.
+        self.view(Role::Input, self.n_inputs, strides, DeviceSlice::len(buf), addr.0)?;
+        let (ptr, guard) = addr;
         // `check_arg` accepted the index, so it is below the declared count (≤ MAX_TENSORS).
         self.inputs[self.n_inputs] = ptr;
         self.guards[self.n_inputs + self.n_outputs] = Some(guard);
@@ -541,16 +583,54 @@ impl<'a> Args<'a> {
         Ok(self)
     }
 
-    /// Adds the next declared output: a `CudaSlice` or `CudaViewMut`.
+    /// Adds the next declared output, dense and row-major: a `CudaSlice` or `CudaViewMut`.
     pub fn output<T: Element, S: DevicePtrMut<T>>(&mut self, buf: &'a mut S) -> Result<&mut Self, Error> {
         let name =
             plan::check_arg(self.plan, &self.extents, Role::Output, self.n_outputs, T::DTYPE, DeviceSlice::len(buf))?;
+        self.add_output(buf, name, None)
+    }
+
+    /// Adds the next declared output as a view starting at the buffer's first element; the
+    /// buffer's elements outside the view are left as they are.
+    pub fn output_strided<T: Element, S: DevicePtrMut<T>>(
+        &mut self,
+        buf: &'a mut S,
+        strides: &[usize],
+    ) -> Result<&mut Self, Error> {
+        let name = plan::check_dtype(self.plan, Role::Output, self.n_outputs, T::DTYPE)?;
+        self.add_output(buf, name, Some(strides))
+    }
+
+    fn add_output<T: Element, S: DevicePtrMut<T>>(
+        &mut self,
+        buf: &'a mut S,
+        name: &'static str,
+        strides: Option<&[usize]>,
+    ) -> Result<&mut Self, Error> {
         self.check_context(DeviceSlice::stream(buf), name)?;
-        let (ptr, guard) = buf.device_ptr_mut(self.stream);
+        let len = DeviceSlice::len(buf);
+        let addr = buf.device_ptr_mut(self.stream);
+        self.view(Role::Output, self.n_outputs, strides, len, addr.0)?;
+        let (ptr, guard) = addr;
         self.outputs[self.n_outputs] = ptr;
         self.guards[self.n_inputs + self.n_outputs] = Some(guard);
         self.n_outputs += 1;
         Ok(self)
+    }
+
+    /// Checks and records a view (`None`: dense, already recorded) of input or output `index`.
+    fn view(
+        &mut self,
+        role: Role,
+        index: usize,
+        strides: Option<&[usize]>,
+        len: usize,
+        addr: u64,
+    ) -> Result<(), Error> {
+        match strides {
+            Some(strides) => self.layouts.set(self.plan, &self.extents, role, index, View { strides, len, addr }),
+            None => layout::check_start(self.plan, plan::spec(self.plan, role, index)?, addr),
+        }
     }
 
     fn check_context(&self, owner: &CudaStream, arg: &'static str) -> Result<(), Error> {
@@ -581,6 +661,7 @@ impl<'a> Args<'a> {
                 fatbin,
                 self.plan,
                 &self.extents,
+                &self.layouts,
                 &self.inputs[..self.n_inputs],
                 &self.outputs[..self.n_outputs],
             )
@@ -661,7 +742,13 @@ mod tests {
                 grid: [Product(&[Factor::Dim(0)]), Product(&[Factor::CeilDiv(1, 64)]), Product(&[])],
                 threads: 64,
                 smem_bytes: 0,
-                params: &[Param::Input(0), Param::Workspace(0), Param::Workspace(1), Param::Extent(1)],
+                params: &[
+                    Param::Input(0),
+                    Param::Workspace(0),
+                    Param::Workspace(1),
+                    Param::Extent(1),
+                    Param::InputStride(0, 0),
+                ],
             },
             KernelLaunch {
                 symbol: "combine",
@@ -673,14 +760,25 @@ mod tests {
         ],
     };
 
-    type Recorded = (usize, [u32; 3], [u64; 4]);
+    type Recorded = (usize, [u32; 3], [u64; 5]);
 
     /// Runs the core with a queue that records each launch's index, grid and parameter values
-    /// into `log` (whose capacity the caller reserves, so recording allocates nothing).
-    fn run(dynamic: &[usize], workspace: (DevPtr, u64), log: &mut Vec<Recorded>) -> Result<(), Error> {
+    /// into `log` (whose capacity the caller reserves, so recording allocates nothing). `x` is
+    /// dense, or a view with this row stride inside a buffer of 4096 elements.
+    fn run_view(
+        dynamic: &[usize],
+        x_stride: Option<usize>,
+        workspace: (DevPtr, u64),
+        log: &mut Vec<Recorded>,
+    ) -> Result<(), Error> {
         let extents = Extents::new(&PLAN, dynamic)?;
-        queue_plan(&PLAN, &extents, &[0x1000], &[0x2000], workspace, &mut |i, grid, params| {
-            let mut values = [0u64; 4];
+        let mut layouts = Layouts::contiguous(&PLAN, &extents)?;
+        if let Some(s) = x_stride {
+            let view = View { strides: &[s, 1], len: 4096, addr: 0x1000 };
+            layouts.set(&PLAN, &extents, Role::Input, 0, view)?;
+        }
+        queue_plan(&PLAN, &extents, &layouts, &[0x1000], &[0x2000], workspace, &mut |i, grid, params| {
+            let mut values = [0u64; 5];
             for (v, p) in values.iter_mut().zip(params.iter()) {
                 // SAFETY: the core hands out pointers to live 64-bit parameter values.
                 *v = unsafe { *p.cast::<u64>() };
@@ -688,6 +786,10 @@ mod tests {
             log.push((i, grid, values));
             Ok(())
         })
+    }
+
+    fn run(dynamic: &[usize], workspace: (DevPtr, u64), log: &mut Vec<Recorded>) -> Result<(), Error> {
+        run_view(dynamic, None, workspace, log)
     }
 
     #[test]
@@ -708,8 +810,22 @@ mod tests {
         assert_eq!(allocations, 0, "the launch core allocated");
         assert_eq!(
             log,
-            [(0, [3, 3, 1], [0x1000, base, base + WORKSPACE_ALIGN, 130]), (1, [3, 1, 1], [base, 0x2000, 3, 130]),]
+            [
+                (0, [3, 3, 1], [0x1000, base, base + WORKSPACE_ALIGN, 130, 130]),
+                (1, [3, 1, 1], [base, 0x2000, 3, 130, 0]),
+            ]
         );
+        // A view of `x` with a row stride of 1000 elements passes that stride, still without
+        // allocating; one past its buffer is refused before anything is queued.
+        log.clear();
+        let (result, allocations) = allocations_during(|| run_view(&[130], Some(1000), (base, layout.total), &mut log));
+        result.unwrap();
+        assert_eq!(allocations, 0, "the launch core allocated for a view");
+        assert_eq!(log[0].2, [0x1000, base, base + WORKSPACE_ALIGN, 130, 1000]);
+        log.clear();
+        let err = run_view(&[130], Some(2000), (base, layout.total), &mut log).unwrap_err();
+        assert!(matches!(err, Error::View { arg: "x", .. }), "{err}");
+        assert!(log.is_empty());
     }
 
     #[test]

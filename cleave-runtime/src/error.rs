@@ -80,6 +80,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A strided view of a tensor does not fit its buffer or its kernels: a stride count other
+    /// than the rank, a last axis that is not contiguous, a view past the buffer's end, a
+    /// misaligned start or stride, or an output that overlaps itself.
+    #[error("argument `{arg}`: {message}")]
+    View {
+        /// The argument's declared name.
+        arg: &'static str,
+        /// What is wrong, with the strides that were passed.
+        message: String,
+    },
+
     /// A buffer has a different element type than the declaration.
     #[error("argument `{arg}` holds {got} elements, but the kernel declares it as {expected}")]
     DTypeMismatch {

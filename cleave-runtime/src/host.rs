@@ -9,6 +9,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::marker::PhantomData;
 
 use crate::element::Element;
+use crate::layout::{self, Layouts, View};
 use crate::plan::{self, LaunchPlan, Param, Role};
 use crate::Error;
 
@@ -171,31 +172,37 @@ pub unsafe fn execute(
     plan: &LaunchPlan,
     fns: &[EmuFn],
     extents: &[u64],
+    layouts: &Layouts,
     inputs: &[*const u8],
     outputs: &[*mut u8],
     seed: u64,
 ) -> Result<(), Error> {
     let options = EmuOptions::from_env().map_err(|message| Error::InvalidArguments { kernel: plan.kernel, message })?;
     // SAFETY: the caller upholds `execute_with`'s contract.
-    unsafe { execute_with(plan, fns, extents, inputs, outputs, seed, &options) }
+    unsafe { execute_with(plan, fns, extents, layouts, inputs, outputs, seed, &options) }
 }
 
 /// Runs `plan` on the host: allocates its workspaces, then calls `fns[i]` for
 /// `plan.launches[i]`, in order, with the emulator's checks and schedule from `options`.
 ///
-/// `extents` has one entry per dim of the plan (see [`plan::extents`]); `inputs` and `outputs`
-/// hold one pointer per declared tensor. A launch whose grid has a zero dimension is skipped.
+/// `extents` has one entry per dim of the plan (see [`plan::extents`]); `layouts` gives each
+/// tensor's view ([`Layouts::contiguous`] for dense tensors); `inputs` and `outputs` hold one
+/// pointer per declared tensor, its view's first element. A launch whose grid has a zero
+/// dimension is skipped.
 ///
 /// # Safety
 ///
 /// Each pointer in `inputs` must be valid for reads, and each in `outputs` valid for reads and
-/// writes, of its tensor's element count (for these extents) times its dtype's size, aligned to
-/// that dtype; outputs must not overlap any other argument. Each `fns[i]` must implement
-/// `plan.launches[i]` (read exactly the parameters the plan lists, in that order).
+/// writes, of its view's span (for these extents) times its dtype's size, aligned as
+/// [`crate::layout::alignment`] says; outputs must not overlap any other argument, nor
+/// themselves. Each `fns[i]` must implement `plan.launches[i]` (read exactly the parameters
+/// the plan lists, in that order).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn execute_with(
     plan: &LaunchPlan,
     fns: &[EmuFn],
     extents: &[u64],
+    layouts: &Layouts,
     inputs: &[*const u8],
     outputs: &[*mut u8],
     seed: u64,
@@ -236,15 +243,18 @@ pub unsafe fn execute_with(
         let name = names.last().map_or(std::ptr::null(), |n| n.as_ptr());
         buffers.push(EmuBuffer { base, bytes, name });
     };
-    for (spec, p) in plan.inputs.iter().zip(inputs) {
-        add(p.cast(), spec.elements(plan, extents)? * u64::from(spec.dtype.size_bytes()), spec.name.to_string());
+    // Each tensor's buffer is its view's span: an access outside the view is a bug even where
+    // the caller's buffer continues.
+    let span = |s: Option<u64>, i: usize| {
+        s.ok_or_else(|| Error::InvalidArguments { kernel: plan.kernel, message: format!("no view of tensor {i}") })
+    };
+    for (i, (spec, p)) in plan.inputs.iter().zip(inputs).enumerate() {
+        let bytes = span(layouts.input_span(i), i)? * u64::from(spec.dtype.size_bytes());
+        add(p.cast(), bytes, spec.name.to_string());
     }
-    for (spec, p) in plan.outputs.iter().zip(outputs) {
-        add(
-            p.cast_const().cast(),
-            spec.elements(plan, extents)? * u64::from(spec.dtype.size_bytes()),
-            spec.name.to_string(),
-        );
+    for (o, (spec, p)) in plan.outputs.iter().zip(outputs).enumerate() {
+        let bytes = span(layouts.output_span(o), o)? * u64::from(spec.dtype.size_bytes());
+        add(p.cast_const().cast(), bytes, spec.name.to_string());
     }
     for (i, w) in workspaces.iter().enumerate() {
         add(w.as_ptr().cast(), (w.len() * 16) as u64, format!("workspace {i}"));
@@ -257,15 +267,33 @@ pub unsafe fn execute_with(
         if grid.contains(&0) {
             continue;
         }
+        // The launch's strides, one slot per parameter (unused for the others); complete before
+        // `args` points into it.
+        let mut stride_slots: Vec<i64> = Vec::with_capacity(launch.params.len());
+        for param in launch.params {
+            let stride = match *param {
+                Param::InputStride(i, a) => layouts.input_stride(usize::from(i), usize::from(a)),
+                Param::OutputStride(i, a) => layouts.output_stride(usize::from(i), usize::from(a)),
+                _ => Some(0),
+            };
+            // Strides are below 2^48 (checked with the view), so they convert to i64 exactly.
+            stride_slots.push(stride.ok_or_else(|| Error::InvalidPlan {
+                kernel: plan.kernel,
+                reason: format!("launch `{}` passes a stride of a tensor out of range", launch.symbol),
+            })? as i64);
+        }
+        let strides_base = stride_slots.as_mut_ptr();
         // Indices were checked by `validate`, so every offset stays inside its vector.
         let args: Vec<*mut c_void> = launch
             .params
             .iter()
-            .map(|param| match *param {
+            .enumerate()
+            .map(|(j, param)| match *param {
                 Param::Input(i) => bases.0.wrapping_add(usize::from(i)).cast(),
                 Param::Output(i) => bases.1.wrapping_add(usize::from(i)).cast(),
                 Param::Workspace(i) => bases.2.wrapping_add(usize::from(i)).cast(),
                 Param::Extent(i) => bases.3.wrapping_add(usize::from(i)).cast(),
+                Param::InputStride(..) | Param::OutputStride(..) => strides_base.wrapping_add(j).cast(),
             })
             .collect();
         err.fill(0);
@@ -320,6 +348,7 @@ fn emulator_message(symbol: &str, code: c_int, err: &[u8]) -> String {
 pub struct Args<'a> {
     plan: &'a LaunchPlan,
     extents: Vec<u64>,
+    layouts: Layouts,
     inputs: Vec<*const u8>,
     outputs: Vec<*mut u8>,
     borrows: PhantomData<&'a mut [u8]>,
@@ -328,9 +357,11 @@ pub struct Args<'a> {
 impl<'a> Args<'a> {
     /// Starts an argument list; `dynamic` holds the dynamic extents in declaration order.
     pub fn new(plan: &'a LaunchPlan, dynamic: &[usize]) -> Result<Self, Error> {
+        let extents = plan::extents(plan, dynamic)?;
         Ok(Self {
             plan,
-            extents: plan::extents(plan, dynamic)?,
+            layouts: Layouts::contiguous(plan, &extents)?,
+            extents,
             inputs: Vec::with_capacity(plan.inputs.len()),
             outputs: Vec::with_capacity(plan.outputs.len()),
             borrows: PhantomData,
@@ -342,18 +373,53 @@ impl<'a> Args<'a> {
         &self.extents
     }
 
-    /// Adds the next declared input.
+    /// Adds the next declared input, dense and row-major: exactly its element count.
     pub fn input<T: Element>(&mut self, data: &'a [T]) -> Result<&mut Self, Error> {
         plan::check_arg(self.plan, &self.extents, Role::Input, self.inputs.len(), T::DTYPE, data.len())?;
+        self.view(Role::Input, self.inputs.len(), None, data.len(), data.as_ptr() as u64)?;
         self.inputs.push(data.as_ptr().cast());
         Ok(self)
     }
 
-    /// Adds the next declared output.
+    /// Adds the next declared output, dense and row-major.
     pub fn output<T: Element>(&mut self, data: &'a mut [T]) -> Result<&mut Self, Error> {
         plan::check_arg(self.plan, &self.extents, Role::Output, self.outputs.len(), T::DTYPE, data.len())?;
+        self.view(Role::Output, self.outputs.len(), None, data.len(), data.as_ptr() as u64)?;
         self.outputs.push(data.as_mut_ptr().cast());
         Ok(self)
+    }
+
+    /// Adds the next declared input as a view starting at `data[0]`: `strides` gives one
+    /// element stride per declared axis (the last 1), and the view must lie inside `data`.
+    pub fn input_strided<T: Element>(&mut self, data: &'a [T], strides: &[usize]) -> Result<&mut Self, Error> {
+        plan::check_dtype(self.plan, Role::Input, self.inputs.len(), T::DTYPE)?;
+        self.view(Role::Input, self.inputs.len(), Some(strides), data.len(), data.as_ptr() as u64)?;
+        self.inputs.push(data.as_ptr().cast());
+        Ok(self)
+    }
+
+    /// Adds the next declared output as a view starting at `data[0]`; elements of `data`
+    /// outside the view are left as they are.
+    pub fn output_strided<T: Element>(&mut self, data: &'a mut [T], strides: &[usize]) -> Result<&mut Self, Error> {
+        plan::check_dtype(self.plan, Role::Output, self.outputs.len(), T::DTYPE)?;
+        self.view(Role::Output, self.outputs.len(), Some(strides), data.len(), data.as_ptr() as u64)?;
+        self.outputs.push(data.as_mut_ptr().cast());
+        Ok(self)
+    }
+
+    /// Checks and records a view (`None`: dense, already recorded) of input or output `index`.
+    fn view(
+        &mut self,
+        role: Role,
+        index: usize,
+        strides: Option<&[usize]>,
+        len: usize,
+        addr: u64,
+    ) -> Result<(), Error> {
+        match strides {
+            Some(strides) => self.layouts.set(self.plan, &self.extents, role, index, View { strides, len, addr }),
+            None => layout::check_start(self.plan, plan::spec(self.plan, role, index)?, addr),
+        }
     }
 
     /// Runs the plan with `fns[i]` implementing `plan.launches[i]`.
@@ -365,10 +431,11 @@ impl<'a> Args<'a> {
     /// functions compiled from the same generated source as the plan.
     pub unsafe fn run(self, fns: &[EmuFn], seed: u64) -> Result<(), Error> {
         plan::check_complete(self.plan, self.inputs.len(), self.outputs.len())?;
-        // SAFETY: every pointer comes from a slice borrowed for 'a whose dtype and length were
-        // checked against the declaration for these extents; outputs come from `&mut` slices,
-        // so they overlap nothing else; the caller vouches for `fns`.
-        unsafe { execute(self.plan, fns, &self.extents, &self.inputs, &self.outputs, seed) }
+        // SAFETY: every pointer comes from a slice borrowed for 'a whose dtype was checked
+        // against the declaration and whose view (strides, span, alignment, an output's
+        // injectivity) was checked against the slice for these extents; outputs come from
+        // `&mut` slices, so they overlap nothing else; the caller vouches for `fns`.
+        unsafe { execute(self.plan, fns, &self.extents, &self.layouts, &self.inputs, &self.outputs, seed) }
     }
 }
 

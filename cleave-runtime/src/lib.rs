@@ -8,6 +8,9 @@
 //! - `run_host(inputs…, outputs…, dims)` runs the same plan on the CPU through [`host::Args`],
 //!   calling the generated CUDA source compiled for the host-emulation header.
 //!
+//! Each also has a `_strided` form taking a view of every tensor (an element stride per axis,
+//! see [`layout`]), so that a tensor inside a larger buffer is used in place.
+//!
 //! Both executors read the same plan, so the host emulation tests exactly the grid, workspace
 //! and argument logic the GPU runs. Both validate every extent and buffer length before
 //! launching anything and report problems as [`Error`]s, never panics.
@@ -18,6 +21,7 @@
 
 mod element;
 mod error;
+pub mod layout;
 pub mod plan;
 
 pub mod cuda;
@@ -25,6 +29,7 @@ pub mod host;
 
 pub use element::Element;
 pub use error::Error;
+pub use layout::{Layouts, MAX_RANK};
 pub use plan::{
     check_extent, check_len, extents, Axis, DType, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product,
     TensorSpec, WorkspaceSpec,

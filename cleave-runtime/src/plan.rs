@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use crate::layout::MAX_RANK;
 use crate::Error;
 
 /// The largest extent of any dim: kernels index one axis with 32-bit signed arithmetic.
@@ -252,6 +253,11 @@ pub enum Param {
     Workspace(u16),
     /// The extent of dim `i`, passed as a 64-bit signed integer.
     Extent(u16),
+    /// The element stride of axis `.1` of input `.0` in this call's view of it, as a 64-bit
+    /// signed integer (see [`crate::layout`]).
+    InputStride(u16, u8),
+    /// The element stride of axis `.1` of output `.0`.
+    OutputStride(u16, u8),
 }
 
 impl LaunchPlan {
@@ -271,6 +277,13 @@ impl LaunchPlan {
         }
         let dim_ok = |d: u16| usize::from(d) < self.dims.len();
         for tensor in self.inputs.iter().chain(self.outputs) {
+            if tensor.shape.len() > MAX_RANK {
+                return fail(format!(
+                    "tensor `{}` has {} axes; the runtime takes at most {MAX_RANK}",
+                    tensor.name,
+                    tensor.shape.len()
+                ));
+            }
             if let Some(Axis::Dim(d)) = tensor.shape.iter().find(|a| matches!(a, Axis::Dim(d) if !dim_ok(*d))) {
                 return fail(format!(
                     "tensor `{}` refers to dim {d}, but the plan has {}",
@@ -314,9 +327,24 @@ impl LaunchPlan {
                     Param::Output(i) => ("output", i, self.outputs.len()),
                     Param::Workspace(i) => ("workspace", i, self.workspaces.len()),
                     Param::Extent(i) => ("dim", i, self.dims.len()),
+                    Param::InputStride(i, _) => ("input", i, self.inputs.len()),
+                    Param::OutputStride(i, _) => ("output", i, self.outputs.len()),
                 };
                 if usize::from(i) >= len {
                     return fail(format!("launch `{symbol}` passes {what} {i}, but the plan has {len}"));
+                }
+                // A stride names an axis of its tensor, and never the last, which is contiguous.
+                let strided = match *param {
+                    Param::InputStride(i, a) => Some((&self.inputs[usize::from(i)], a)),
+                    Param::OutputStride(i, a) => Some((&self.outputs[usize::from(i)], a)),
+                    _ => None,
+                };
+                if let Some((tensor, a)) = strided.filter(|(t, a)| usize::from(*a) + 1 >= t.shape.len()) {
+                    return fail(format!(
+                        "launch `{symbol}` passes a stride of axis {a} of `{}`, which has {} axes",
+                        tensor.name,
+                        tensor.shape.len()
+                    ));
                 }
             }
         }
@@ -562,7 +590,7 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Role::Input => "input",
             Role::Output => "output",
@@ -570,9 +598,31 @@ impl Role {
     }
 }
 
-/// Checks the `index`-th input or output passed to a typed builder: that the plan declares it,
-/// and that its element type and length match the declaration for these extents. Returns the
-/// argument's declared name.
+/// The declaration of the `index`-th input or output, or an error when the plan has none.
+pub(crate) fn spec(plan: &LaunchPlan, role: Role, index: usize) -> Result<&'static TensorSpec, Error> {
+    let specs = match role {
+        Role::Input => plan.inputs,
+        Role::Output => plan.outputs,
+    };
+    specs.get(index).ok_or_else(|| Error::InvalidArguments {
+        kernel: plan.kernel,
+        message: format!("{} {}s were passed, but the kernel declares {}", index + 1, role.word(), specs.len()),
+    })
+}
+
+/// Checks the `index`-th input or output passed to a typed builder as a view: that the plan
+/// declares it with this element type. Returns the argument's declared name.
+pub(crate) fn check_dtype(plan: &LaunchPlan, role: Role, index: usize, dtype: DType) -> Result<&'static str, Error> {
+    let spec = spec(plan, role, index)?;
+    if spec.dtype != dtype {
+        return Err(Error::DTypeMismatch { arg: spec.name, expected: spec.dtype, got: dtype });
+    }
+    Ok(spec.name)
+}
+
+/// Checks the `index`-th input or output passed to a typed builder as a dense tensor: that the
+/// plan declares it, and that its element type and length match the declaration for these
+/// extents. Returns the argument's declared name.
 pub(crate) fn check_arg(
     plan: &LaunchPlan,
     extents: &[u64],
@@ -581,21 +631,9 @@ pub(crate) fn check_arg(
     dtype: DType,
     len: usize,
 ) -> Result<&'static str, Error> {
-    let specs = match role {
-        Role::Input => plan.inputs,
-        Role::Output => plan.outputs,
-    };
-    let Some(spec) = specs.get(index) else {
-        return Err(Error::InvalidArguments {
-            kernel: plan.kernel,
-            message: format!("{} {}s were passed, but the kernel declares {}", index + 1, role.word(), specs.len()),
-        });
-    };
-    if spec.dtype != dtype {
-        return Err(Error::DTypeMismatch { arg: spec.name, expected: spec.dtype, got: dtype });
-    }
-    check_len(spec.name, len, spec.elements(plan, extents)?)?;
-    Ok(spec.name)
+    let name = check_dtype(plan, role, index, dtype)?;
+    check_len(name, len, spec(plan, role, index)?.elements(plan, extents)?)?;
+    Ok(name)
 }
 
 /// Checks that a builder received every declared input and output before launching.

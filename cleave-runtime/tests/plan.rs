@@ -2,8 +2,8 @@
 
 use cleave_runtime::host::{self, EmuLaunch};
 use cleave_runtime::{
-    check_len, extents, Axis, DType, DimSpec, Error, Factor, KernelLaunch, LaunchPlan, Param, Product, TensorSpec,
-    WorkspaceSpec,
+    check_len, extents, Axis, DType, DimSpec, Error, Factor, KernelLaunch, LaunchPlan, Layouts, Param, Product,
+    TensorSpec, WorkspaceSpec,
 };
 use std::ffi::{c_int, c_void};
 
@@ -137,8 +137,9 @@ fn workspace_size_overflow_is_an_error() {
         launches: &[],
     };
     let ext = extents(&WS, &[(1 << 31) - 1]).unwrap();
+    let layouts = Layouts::contiguous(&WS, &ext).unwrap();
     // SAFETY: the plan has no tensors and no launches.
-    let err = unsafe { host::execute(&WS, &[], &ext, &[], &[], 0) }.unwrap_err();
+    let err = unsafe { host::execute(&WS, &[], &ext, &layouts, &[], &[], 0) }.unwrap_err();
     assert_eq!(err.to_string(), "kernel `ws`: the size of workspace 0 overflows for the given extents");
 }
 
@@ -178,7 +179,10 @@ fn a_zero_grid_launches_nothing() {
     let ext = extents(plan, &[1, 1]).unwrap();
     // h=32, s=l=1, d=128: 4096 f16 elements per tensor.
     let (q, k, mut o) = (vec![0u8; 8192], vec![0u8; 8192], vec![0u8; 8192]);
+    let layouts = Layouts::contiguous(plan, &ext).unwrap();
     // SAFETY: the buffers hold each tensor's 4096 f16 elements; `must_not_run` is never called.
-    let res = unsafe { host::execute(plan, &[must_not_run], &ext, &[q.as_ptr(), k.as_ptr()], &[o.as_mut_ptr()], 0) };
+    let res = unsafe {
+        host::execute(plan, &[must_not_run], &ext, &layouts, &[q.as_ptr(), k.as_ptr()], &[o.as_mut_ptr()], 0)
+    };
     assert!(res.is_ok(), "{res:?}");
 }

@@ -6,6 +6,7 @@ mod explain;
 mod run;
 mod schedule;
 mod search;
+mod tensors;
 
 use std::path::Path;
 use std::time::Duration;
@@ -79,7 +80,17 @@ fn command() -> Command {
                 .arg(value("scale", "X[,INPUT=Y...]", "the inputs' magnitude, overall and per input"))
                 .arg(value("source", "DIR", "run DIR/NAME.cu (as written by `emit`, perhaps edited)"))
                 .arg(value("checks", "all|none|races,bounds,...", "the emulator's checks"))
-                .arg(value("schedule", "random|round-robin|run-ahead", "the emulator's thread schedule")),
+                .arg(value("schedule", "random|round-robin|run-ahead", "the emulator's thread schedule"))
+                .arg(value(
+                    "inputs",
+                    "FILE",
+                    "read the inputs from a safetensors file (dynamic dims from their shapes)",
+                ))
+                .arg(value("outputs", "FILE", "write the emulated outputs to a safetensors file"))
+                .arg(Arg::new("views").long("views").action(ArgAction::SetTrue).help(
+                    "run again with every tensor a padded, offset view of a larger buffer; the outputs must match bit \
+                     for bit",
+                )),
         )
 }
 

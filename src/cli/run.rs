@@ -2,7 +2,8 @@
 //! `DIR/<kernel>.cu` that `cleave emit` wrote, edited or not) for the host emulator, runs it on
 //! seeded random inputs with the emulator's race, hazard and bounds checks, and compares with
 //! the f64 reference. Prints `max_rel_err=<x>` last; exits 1 above the tolerance or when a
-//! check fails.
+//! check fails. `--inputs FILE` takes the inputs from a safetensors file instead (the dynamic
+//! dims from their shapes) and `--outputs FILE` writes the emulated outputs to one.
 
 use cleave::emulate;
 use cleave::runtime::host::EmuOptions;
@@ -81,6 +82,20 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             b.values[v.index()] = x;
         }
     }
+    // Inputs from a file bind the dynamic dims from their shapes; random ones are made later.
+    let given_inputs = match o.value("inputs") {
+        Some(path) => {
+            if o.value("scale").is_some() {
+                return Err(UserError("--scale sets the magnitude of random inputs; --inputs gives the inputs".into()));
+            }
+            let fixed: Vec<&str> = o
+                .value("dims")
+                .map(|s| s.split(',').filter_map(|p| p.split_once('=')).map(|(n, _)| n.trim()).collect())
+                .unwrap_or_default();
+            Some(super::tensors::read_inputs(path, g, &mut b, &fixed)?)
+        }
+        None => None,
+    };
     // The emulator holds every tensor of the graph twice (in f64 for the reference, and in its
     // dtype); refuse extents that would not fit rather than abort on allocation.
     let elements: u128 = g.nodes.iter().map(|n| n.shape.iter().map(|d| b.extent(*d) as u128).product::<u128>()).sum();
@@ -112,7 +127,10 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             return Err(UserError(format!("--scale: `{name}` is not an input of `{}`", g.name)));
         }
     }
-    let inputs = random_inputs(g, &b, seed, &scale);
+    let inputs = match given_inputs {
+        Some(t) => t,
+        None => random_inputs(g, &b, seed, &scale),
+    };
     let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
     let want: Vec<_> = g.outputs.iter().map(|o| values[o.node.index()].clone()).collect();
     // How large the exponents got: the point of large-magnitude inputs is to reach them.
@@ -155,6 +173,30 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         let max_ref = wt.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
         println!("output {} ({}): max_rel_err={e:.3e} max|ref|={max_ref:.3e}", o.decl.name, o.decl.dtype);
         worst = if e.is_nan() || worst.is_nan() { f64::NAN } else { worst.max(e) };
+    }
+    if let Some(path) = o.value("outputs") {
+        super::tensors::write_outputs(path, g, &got)?;
+        println!("wrote {path}");
+    }
+    if o.switch("views") {
+        let viewed = lib
+            .run_views(launch, &lb, &inputs, seed, &options)
+            .map_err(|e| UserError(format!("emulation with views failed: {e}")))?;
+        for ((o, dense), view) in g.outputs.iter().zip(&got).zip(&viewed) {
+            let same = dense.data.len() == view.data.len()
+                && dense
+                    .data
+                    .iter()
+                    .zip(&view.data)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            if !same {
+                return Err(UserError(format!(
+                    "output {}: the run with views differs from the dense run",
+                    o.decl.name
+                )));
+            }
+        }
+        println!("views: every output matches the dense run bit for bit (padded rows and axes, offset starts)");
     }
     let tol = tolerance(g, &b, exp_range.map_or(0.0, |(lo, hi)| lo.abs().max(hi.abs())));
     println!("tolerance={tol:.3e}");

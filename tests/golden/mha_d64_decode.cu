@@ -122,7 +122,13 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     float* __restrict__ p4,
     float* __restrict__ p5,
     long long e_b,
-    long long e_l) {
+    long long e_l,
+    long long si0_0,
+    long long si0_1,
+    long long si1_0,
+    long long si1_1,
+    long long si2_0,
+    long long si2_1) {
   // p0: q (f16)
   // p1: k (f16)
   // p2: v (f16)
@@ -131,6 +137,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   // p5: partial_max (f32, written)
   (void)e_b;
   (void)e_l;
+  (void)si0_0;
+  (void)si0_1;
+  (void)si1_0;
+  (void)si1_1;
+  (void)si2_0;
+  (void)si2_1;
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -196,14 +208,16 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   __syncthreads();  // the space may hold a tile other warps just read
   // t_q = Load(q)
   {
-    const long long tb = ((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (0LL));
+    const long long tb = ((16LL * i2) * si0_1 + (1LL * i1) * si0_0 + (0LL));
     const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-    const auto* src_t = p0 + (tb + (long long)r0 * (64LL) + (long long)c);
+    const auto* src_w = p0 + (tb + (long long)r0 * (si0_1) + (long long)c);
+    const long long step_ = 4LL * (si0_1);
     #pragma unroll
     for (int it_ = 0; it_ < 4; ++it_) {
       const int r = r0 + it_ * 4;
       const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p0, (int)(nv * 2));
+      cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
+      src_w += step_;
     }
   }
   cleave::cp_async_commit();
@@ -217,24 +231,28 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       const int j0 = 0;
       // t_k = Load(k)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-        const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+        const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
+        const long long step_ = 4LL * (si1_1);
         for (int it_ = 0; it_ < 32; ++it_) {
           const int r = r0 + it_ * 4;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 2048 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p1, (int)(nv * 2));
+          cleave::cp_async_16((smem + 2048 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
+          src_w += step_;
         }
       }
       // t_v = Load(v)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+        const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
+        const long long step_ = 4LL * (si2_1);
         for (int it_ = 0; it_ < 32; ++it_) {
           const int r = r0 + it_ * 4;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 34816 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p2, (int)(nv * 2));
+          cleave::cp_async_16((smem + 34816 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
+          src_w += step_;
         }
       }
     }
@@ -247,22 +265,26 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int j0 = next;
         // t_k = Load(k)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-          const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+          const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
+          const long long step_ = 4LL * (si1_1);
           for (int it_ = 0; it_ < 32; ++it_) {
             const int r = r0 + it_ * 4;
-            cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 4) * (64LL), (int)(8 * 2));
+            cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+            src_w += step_;
           }
         }
         // t_v = Load(v)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-          const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+          const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
+          const long long step_ = 4LL * (si2_1);
           for (int it_ = 0; it_ < 32; ++it_) {
             const int r = r0 + it_ * 4;
-            cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 4) * (64LL), (int)(8 * 2));
+            cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+            src_w += step_;
           }
         }
       }
@@ -474,24 +496,28 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           const int j0 = next;
           // t_k = Load(k)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-            const auto* src_t = p1 + (tb + (long long)r0 * (64LL) + (long long)c);
+            const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
+            const long long step_ = 4LL * (si1_1);
             for (int it_ = 0; it_ < 32; ++it_) {
               const int r = r0 + it_ * 4;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p1, (int)(nv * 2));
+              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
+              src_w += step_;
             }
           }
           // t_v = Load(v)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * 64LL + (1LL * i1) * e_l * 64LL + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-            const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c);
+            const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
+            const long long step_ = 4LL * (si2_1);
             for (int it_ = 0; it_ < 32; ++it_) {
               const int r = r0 + it_ * 4;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 4) * (64LL) : p2, (int)(nv * 2));
+              cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
+              src_w += step_;
             }
           }
         }
@@ -755,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
 
 #ifdef CLEAVE_EMULATE
 extern "C" int cleave_emu_cleave_mha_d64_decode_0(const cleave_emu_launch* L, void* const* args) {
-  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(const cleave::half* const*)args[2], *(float* const*)args[3], *(float* const*)args[4], *(float* const*)args[5], *(const long long*)args[6], *(const long long*)args[7]); });
+  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(const cleave::half* const*)args[2], *(float* const*)args[3], *(float* const*)args[4], *(float* const*)args[5], *(const long long*)args[6], *(const long long*)args[7], *(const long long*)args[8], *(const long long*)args[9], *(const long long*)args[10], *(const long long*)args[11], *(const long long*)args[12], *(const long long*)args[13]); });
 }
 #endif
 
@@ -782,12 +808,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     const float* __restrict__ p1,
     const float* __restrict__ p2,
     cleave::half* __restrict__ p3,
-    long long e_b) {
+    long long e_b,
+    long long so0_0,
+    long long so0_1) {
   // p0: ws0 (f32)
   // p1: ws0_max (f32)
   // p2: ws1 (f32)
   // p3: o (f16, written)
   (void)e_b;
+  (void)so0_0;
+  (void)so0_1;
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1189,7 +1219,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     const int ci = threadIdx.x + it_ * 128;
     const int r = ci / 8, c = (ci % 8) * 8;
     if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true)) continue;
-    cleave::half* dst = p3 + (((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (0LL)) + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + (long long)c));
+    cleave::half* dst = p3 + (((16LL * i1) * so0_1 + (1LL * i0) * so0_0 + (0LL)) + (((r / 1) % 16) * so0_1 + 0 * so0_0 + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<128, 2, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
@@ -1201,6 +1231,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
 
 #ifdef CLEAVE_EMULATE
 extern "C" int cleave_emu_cleave_mha_d64_decode_1(const cleave_emu_launch* L, void* const* args) {
-  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_1(*(const float* const*)args[0], *(const float* const*)args[1], *(const float* const*)args[2], *(cleave::half* const*)args[3], *(const long long*)args[4]); });
+  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_1(*(const float* const*)args[0], *(const float* const*)args[1], *(const float* const*)args[2], *(cleave::half* const*)args[3], *(const long long*)args[4], *(const long long*)args[5], *(const long long*)args[6]); });
 }
 #endif

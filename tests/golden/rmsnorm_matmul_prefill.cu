@@ -106,11 +106,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     const cleave::half* __restrict__ p0,
     const cleave::half* __restrict__ p1,
     cleave::half* __restrict__ p2,
-    long long e_s) {
+    long long e_s,
+    long long si0_0,
+    long long si1_0,
+    long long so0_0) {
   // p0: x (f16)
   // p1: w (f16)
   // p2: y (f16, written)
   (void)e_s;
+  (void)si0_0;
+  (void)si1_0;
+  (void)so0_0;
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -173,28 +179,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       const int j0 = 0;
       // t_x = Load(x)
       {
-        const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+        const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-        const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
+        const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
+        const long long step_ = 32LL * (si0_0);
         #pragma unroll
         for (int it_ = 0; it_ < 4; ++it_) {
           const int r = r0 + it_ * 32;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
+          cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
+          src_w += step_;
         }
       }
       // t_w = Load(w)
       {
-        const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+        const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
         const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
-        const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
+        const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
+        const long long step_ = 32LL * (si1_0);
         #pragma unroll
         for (int it_ = 0; it_ < 2; ++it_) {
           const int r = r0 + it_ * 32;
+          const auto* src_r = src_t + (long long)it_ * step_;
           #pragma unroll
           for (int gi = 0; gi < 4; ++gi) {
             const int c = c0 + gi * 64;
-            cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+            cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
           }
         }
       }
@@ -221,27 +231,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         const int j0 = next;
         // t_x = Load(x)
         {
-          const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+          const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-          const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
+          const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
+          const long long step_ = 32LL * (si0_0);
           #pragma unroll
           for (int it_ = 0; it_ < 4; ++it_) {
             const int r = r0 + it_ * 32;
-            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_t + (long long)(it_ * 32) * (4096LL), (int)(8 * 2));
+            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+            src_w += step_;
           }
         }
         // t_w = Load(w)
         {
-          const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+          const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
           const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
-          const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
+          const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
+          const long long step_ = 32LL * (si1_0);
           #pragma unroll
           for (int it_ = 0; it_ < 2; ++it_) {
             const int r = r0 + it_ * 32;
+            const auto* src_r = src_t + (long long)it_ * step_;
             #pragma unroll
             for (int gi = 0; gi < 4; ++gi) {
               const int c = c0 + gi * 64;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
             }
           }
         }
@@ -309,28 +323,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           const int j0 = next;
           // t_x = Load(x)
           {
-            const long long tb = ((128LL * i0) * 4096LL + (64LL * j0));
+            const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
-            const auto* src_t = p0 + (tb + (long long)r0 * (4096LL) + (long long)c);
+            const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
+            const long long step_ = 32LL * (si0_0);
             #pragma unroll
             for (int it_ = 0; it_ < 4; ++it_) {
               const int r = r0 + it_ * 32;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_t + (long long)(it_ * 32) * (4096LL) : p0, (int)(nv * 2));
+              cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
+              src_w += step_;
             }
           }
           // t_w = Load(w)
           {
-            const long long tb = ((64LL * j0) * 6144LL + (256LL * i1));
+            const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
             const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
-            const auto* src_t = p1 + (tb + (long long)r0 * (6144LL) + (long long)c0);
+            const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
+            const long long step_ = 32LL * (si1_0);
             #pragma unroll
             for (int it_ = 0; it_ < 2; ++it_) {
               const int r = r0 + it_ * 32;
+              const auto* src_r = src_t + (long long)it_ * step_;
               #pragma unroll
               for (int gi = 0; gi < 4; ++gi) {
                 const int c = c0 + gi * 64;
-                cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_t + (long long)(it_ * 32) * (6144LL) + gi * 64, (int)(8 * 2));
+                cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
               }
             }
           }
@@ -461,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     const int ci = threadIdx.x + it_ * 256;
     const int r = ci / 32, c = (ci % 32) * 8;
     if (!((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0))) && true)) continue;
-    cleave::half* dst = p2 + (((128LL * i0) * 6144LL + (256LL * i1)) + (((r / 1) % 128) * 6144LL + (long long)c));
+    cleave::half* dst = p2 + (((128LL * i0) * so0_0 + (256LL * i1)) + (((r / 1) % 128) * so0_0 + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<512, 2, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
       cleave::st_global_16(dst, src);
@@ -473,6 +491,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
 
 #ifdef CLEAVE_EMULATE
 extern "C" int cleave_emu_cleave_rmsnorm_matmul_prefill_0(const cleave_emu_launch* L, void* const* args) {
-  return cleave::emu::launch(L, [&] { cleave_rmsnorm_matmul_prefill_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(cleave::half* const*)args[2], *(const long long*)args[3]); });
+  return cleave::emu::launch(L, [&] { cleave_rmsnorm_matmul_prefill_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(cleave::half* const*)args[2], *(const long long*)args[3], *(const long long*)args[4], *(const long long*)args[5], *(const long long*)args[6]); });
 }
 #endif

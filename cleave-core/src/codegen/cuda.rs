@@ -19,7 +19,8 @@ use super::ident;
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{
-    deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, TileKernel,
+    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src,
+    Stmt, StrideParam, TileKernel,
 };
 use crate::plan::{Kernel, Launch};
 
@@ -1126,9 +1127,20 @@ impl Gen<'_> {
         }
     }
 
-    /// The factors of the element stride of axis `a` of `p` (the extents of the axes after
-    /// it); none for the last axis.
+    /// The factors of the element stride of axis `a` of `p`: none for the last axis, which is
+    /// contiguous; the runtime stride for an input or output (a view, see
+    /// [`crate::plan::stride_params`]), zero for its unit axes (always index 0); and the
+    /// extents of the axes after it for a workspace, dense and row-major.
     fn stride_parts(&self, p: &Param, a: usize) -> Vec<String> {
+        if a + 1 >= p.shape.len() {
+            return Vec::new();
+        }
+        if is_view(p.binding) {
+            return match p.shape[a] {
+                Some(_) => vec![StrideParam { binding: p.binding, axis: a as u32 }.name()],
+                None => vec!["0LL".to_string()],
+            };
+        }
         p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect()
     }
 
@@ -1170,6 +1182,8 @@ impl Gen<'_> {
             let nv_line = format!("const long long nv = ({row_ok}) ? cleave_max_ll(0LL, {valid}) : 0LL;");
             self.line(&format!("const long long tb = {tile_base};"));
             let stride = self.row_stride(&p, tm);
+            // A view's row stride is a runtime value (see `stride_parts`).
+            let running = is_view(p.binding);
             // Rows of more than 128 bytes are copied by eight threads each, every thread taking
             // one chunk of each 128-byte group: its copies of a row then lie within a few
             // hundred bytes of one pointer, which the copy instruction's immediate offset
@@ -1182,7 +1196,11 @@ impl Gen<'_> {
                 let step = u64::from(threads) / 8;
                 let gc = 8 * epc;
                 self.line(&format!("const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * {epc};"));
-                self.line(&format!("const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c0);"));
+                let tile_start = format!("{src} + (tb + (long long)r0 * {stride} + (long long)c0)");
+                self.line(&format!("const auto* src_t = {tile_start};"));
+                if running {
+                    self.line(&format!("const long long step_ = {step}LL * {stride};"));
+                }
                 self.line("#pragma unroll");
                 self.line(&format!("for (int it_ = 0; it_ < {passes}; ++it_) {{"));
                 self.depth += 1;
@@ -1190,11 +1208,18 @@ impl Gen<'_> {
                 if (rows * 8) % u64::from(threads) != 0 {
                     self.line(&format!("if (r >= {rows}) break;"));
                 }
+                if running {
+                    self.line("const auto* src_r = src_t + (long long)it_ * step_;");
+                }
                 self.line("#pragma unroll");
                 self.line(&format!("for (int gi = 0; gi < {groups}; ++gi) {{"));
                 self.depth += 1;
                 self.line(&format!("const int c = c0 + gi * {gc};"));
-                let at = format!("src_t + (long long)(it_ * {step}) * {stride} + gi * {gc}");
+                let at = if running {
+                    format!("src_r + gi * {gc}")
+                } else {
+                    format!("src_t + (long long)(it_ * {step}) * {stride} + gi * {gc}")
+                };
                 let from = if masked {
                     self.line(&nv_line);
                     format!("nv > 0 ? {at} : {src}")
@@ -1218,9 +1243,19 @@ impl Gen<'_> {
                         let step = u64::from(threads) / cpr;
                         let trips = (rows * cpr).div_ceil(u64::from(threads));
                         self.line(&format!("const int r0 = threadIdx.x / {cpr}, c = (threadIdx.x % {cpr}) * {epc};"));
-                        self.line(&format!(
-                            "const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c);"
-                        ));
+                        if running {
+                            // A runtime stride gives no immediate offsets: the pointer walks
+                            // instead, so each trip adds one stride rather than every unrolled
+                            // trip holding an address of its own.
+                            self.line(&format!(
+                                "const auto* src_w = {src} + (tb + (long long)r0 * {stride} + (long long)c);"
+                            ));
+                            self.line(&format!("const long long step_ = {step}LL * {stride};"));
+                        } else {
+                            self.line(&format!(
+                                "const auto* src_t = {src} + (tb + (long long)r0 * {stride} + (long long)c);"
+                            ));
+                        }
                         // As in `strided`, long copies unroll only partly, to bound code size and
                         // the registers their hoisted addresses would hold.
                         if trips <= 16 {
@@ -1232,7 +1267,11 @@ impl Gen<'_> {
                         if (rows * cpr) % u64::from(threads) != 0 {
                             self.line(&format!("if (r >= {rows}) break;"));
                         }
-                        let at = format!("src_t + (long long)(it_ * {step}) * {stride}");
+                        let at = if running {
+                            "src_w".to_string()
+                        } else {
+                            format!("src_t + (long long)(it_ * {step}) * {stride}")
+                        };
                         let from = if masked {
                             self.line(&nv_line);
                             format!("nv > 0 ? {at} : {src}")
@@ -1243,6 +1282,9 @@ impl Gen<'_> {
                             "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
                             g.row_bytes, g.size, g.mode, g.size
                         ));
+                        if running {
+                            self.line("src_w += step_;");
+                        }
                     }
                     None => {
                         self.strided("ci", rows * cpr, u64::from(threads));
@@ -1547,6 +1589,8 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     for d in &k.extents {
         params.push(format!("long long e_{}", ident(&dims.get(*d).name)));
     }
+    let strides = stride_params(&k.params);
+    params.extend(strides.iter().map(|s| format!("long long {}", s.name())));
     // One block per SM is the promise we can keep: without it ptxas trades registers for an
     // occupancy the plan never assumed, and spills.
     let _ = writeln!(g.out, "\nextern \"C\" __global__ void __launch_bounds__({threads}, 1) {}(", k.symbol);
@@ -1558,6 +1602,9 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     for d in &k.extents {
         let n = ident(&dims.get(*d).name);
         g.line(&format!("(void)e_{n};"));
+    }
+    for s in &strides {
+        g.line(&format!("(void){};", s.name()));
     }
     g.line("unsigned char* smem = cleave::dynamic_smem();");
     g.line("(void)smem;");
@@ -1586,16 +1633,17 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     g.stmts(&k.body);
     g.out.push_str("}\n");
 
-    g.out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len(), |p| ctype(p.dtype)));
+    g.out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len() + strides.len(), |p| ctype(p.dtype)));
     g.out
 }
 
 /// The emulator entry point of a kernel: unpacks the argument array like cuLaunchKernel's.
-/// `elem` gives the C element type of each tensor parameter.
+/// `elem` gives the C element type of each tensor parameter; `scalars` 64-bit integers (the
+/// extents, then the strides) follow the tensors.
 pub(super) fn emu_entry(
     symbol: &str,
     params: &[Param],
-    extents: usize,
+    scalars: usize,
     elem: impl Fn(&Param) -> &'static str,
 ) -> String {
     let mut out = String::new();
@@ -1612,7 +1660,7 @@ pub(super) fn emu_entry(
             }
         })
         .collect();
-    for j in 0..extents {
+    for j in 0..scalars {
         unpack.push(format!("*(const long long*)args[{}]", params.len() + j));
     }
     let _ = writeln!(out, "  return cleave::emu::launch(L, [&] {{ {symbol}({}); }});", unpack.join(", "));

@@ -30,6 +30,10 @@ pub enum ParamData {
     Workspace(u16),
     /// A dim's extent as i64.
     Extent(u16),
+    /// The element stride of axis `.1` of input `.0`, as i64.
+    InputStride(u16, u8),
+    /// The element stride of axis `.1` of output `.0`, as i64.
+    OutputStride(u16, u8),
 }
 
 /// One launch.
@@ -157,6 +161,16 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
         for d in k.extents() {
             params.push(ParamData::Extent(index(*d)?));
         }
+        for st in k.strides() {
+            let axis =
+                u8::try_from(st.axis).map_err(|_| PlanDataError::TooLarge { what: "axis", value: st.axis.into() })?;
+            params.push(match st.binding {
+                Binding::Input(i) => ParamData::InputStride(small("input index", i as usize)?, axis),
+                Binding::Output(i) => ParamData::OutputStride(small("output index", i as usize)?, axis),
+                // `stride_params` names views only.
+                Binding::Workspace(_) => unreachable!("a workspace has no runtime strides"),
+            });
+        }
         let smem_bytes = u32::try_from(k.smem_bytes())
             .map_err(|_| PlanDataError::TooLarge { what: "dynamic shared memory", value: k.smem_bytes() })?;
         launches.push(LaunchData { symbol: k.symbol().to_string(), grid, threads: k.threads(), smem_bytes, params });
@@ -233,6 +247,8 @@ impl PlanData {
                     ParamData::Output(i) => format!("{rt}::Param::Output({i})"),
                     ParamData::Workspace(i) => format!("{rt}::Param::Workspace({i})"),
                     ParamData::Extent(i) => format!("{rt}::Param::Extent({i})"),
+                    ParamData::InputStride(i, a) => format!("{rt}::Param::InputStride({i}, {a})"),
+                    ParamData::OutputStride(i, a) => format!("{rt}::Param::OutputStride({i}, {a})"),
                 })
                 .collect();
             let _ = writeln!(

@@ -12,7 +12,10 @@
 //! - `candle_forward(tensors..)`, through the `cleave::__candle_forward!` macro, which expands
 //!   to the function when `cleave` is built with its `candle` feature and to nothing otherwise;
 //! - `run_host(inputs.., outputs.., dims)`, which runs the same plan through the host-emulation
-//!   build of the same CUDA source.
+//!   build of the same CUDA source;
+//! - `Strides`, one element stride per axis of every tensor, and the `_strided` forms of
+//!   `launch`, `Kernel::launch` and `run_host`, which take each tensor as a view of a larger
+//!   buffer (the kernels read strides at run time, so one compile serves every view).
 //!
 //! Everything is named through absolute paths (`::cleave::runtime::..`), so the module works
 //! wherever it is included. Parameter names are the declared tensor names, except where one
@@ -72,6 +75,10 @@ const TAKEN: &[&str] = &[
     "FATBIN",
     "HOST",
     "Dims",
+    "Strides",
+    "strides",
+    "launch_strided",
+    "run_host_strided",
     "host_entry",
     "launch",
     "run_host",
@@ -257,6 +264,44 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     }
     let _ = writeln!(out, "}}");
 
+    // Strides, with the dense layout as a constructor.
+    let dim_value = |d: u16| -> String {
+        match plan.dims.get(usize::from(d)) {
+            Some(dim) if dim.dynamic => format!("dims.{}", dim.name),
+            Some(dim) => dim.value.to_string(),
+            None => "1".to_string(),
+        }
+    };
+    let _ = writeln!(out, "/// The view of every input and output: one element stride per axis, outermost first. The");
+    let _ = writeln!(out, "/// last axis must be contiguous (stride 1); a stride of an axis of extent 1 is ignored.");
+    let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]");
+    let _ = writeln!(out, "pub struct Strides {{");
+    for (p, t) in inputs.iter().chain(&outputs) {
+        doc(&mut out, &format!("The strides of `{}`: `{}{}`.", t.name, t.dtype.name(), show_shape(plan, t)));
+        let _ = writeln!(out, "pub {p}: [usize; {}],", t.shape.len());
+    }
+    let _ = writeln!(out, "}}");
+    let _ = writeln!(out, "impl Strides {{");
+    let _ = writeln!(out, "/// The strides of dense, row-major tensors at these extents.");
+    let _ = writeln!(out, "pub fn contiguous(dims: Dims) -> Strides {{");
+    // An outermost axis never enters a stride, so `dims` may go unused.
+    let _ = writeln!(out, "let _ = dims;");
+    let _ = writeln!(out, "Strides {{");
+    for (p, t) in inputs.iter().chain(&outputs) {
+        let axes: Vec<String> = (0..t.shape.len())
+            .map(|a| {
+                let factors: Vec<String> = t.shape[a + 1..].iter().flatten().map(|d| dim_value(*d)).collect();
+                if factors.is_empty() {
+                    "1".to_string()
+                } else {
+                    factors.join(" * ")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{p}: [{}],", axes.join(", "));
+    }
+    let _ = writeln!(out, "}}\n}}\n}}");
+
     // The plan, the fatbin and the host entry points.
     let _ = writeln!(out, "/// The launch sequence both `launch` and `run_host` execute.");
     let _ = writeln!(out, "pub static PLAN: {rt}::LaunchPlan = {};", plan.to_rust(rt));
@@ -326,12 +371,34 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     for (p, t) in &outputs {
         let _ = write!(device_chain, ".output::<{}, _>({p})?", rust_type(t.dtype));
     }
+    let mut strided_chain = String::from("args");
+    for (p, t) in &inputs {
+        let _ = write!(strided_chain, ".input_strided::<{}, _>({p}, &strides.{p})?", rust_type(t.dtype));
+    }
+    for (p, t) in &outputs {
+        let _ = write!(strided_chain, ".output_strided::<{}, _>({p}, &strides.{p})?", rust_type(t.dtype));
+    }
+    let views_doc = |out: &mut String, base: &str| {
+        doc(out, &format!("`{base}` with every tensor a view: `strides` gives each one's element stride per axis"));
+        doc(out, "(`Strides::contiguous(dims)` for dense tensors), and a view starts at its buffer's first");
+        doc(out, "element and must lie inside it, so that a tensor inside a larger buffer (a KV cache allocated");
+        doc(out, "for its capacity, one projection of a fused weight) is used in place. The last axis must be");
+        doc(out, "contiguous, an output must not overlap itself, and a tensor whose last axis is a static");
+        doc(out, "multiple of 16 bytes needs 16-byte aligned rows. Errors: those of the dense form, and `View`.");
+    };
     let mut params = vec![format!("stream: &::std::sync::Arc<{driver}::CudaStream>")];
     tensor_params(&mut params);
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "launch", &params, "()");
     let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
     let _ = writeln!(out, "{device_chain};");
+    let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
+    let _ = writeln!(out, "}}");
+    views_doc(&mut out, "launch");
+    params.push("strides: &Strides".to_string());
+    open_fn(&mut out, "launch_strided", &params, "()");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "{strided_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
     let _ = writeln!(out, "}}");
 
@@ -373,6 +440,13 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "self.0.launch(args, workspace)");
     let _ = writeln!(out, "}}");
+    views_doc(&mut out, "Kernel::launch");
+    params.push("strides: &Strides".to_string());
+    open_fn(&mut out, "launch_strided", &params, "()");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "{strided_chain};");
+    let _ = writeln!(out, "self.0.launch(args, workspace)");
+    let _ = writeln!(out, "}}");
     let _ = writeln!(out, "}}");
 
     // run_host
@@ -396,13 +470,28 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "{chain};");
     let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
     let _ = writeln!(out, "}}");
+    views_doc(&mut out, "run_host");
+    params.push("strides: &Strides".to_string());
+    open_fn(&mut out, "run_host_strided", &params, "()");
+    let mut chain = String::from("args");
+    for (p, _) in &inputs {
+        let _ = write!(chain, ".input_strided({p}, &strides.{p})?");
+    }
+    for (p, _) in &outputs {
+        let _ = write!(chain, ".output_strided({p}, &strides.{p})?");
+    }
+    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(&PLAN, {extents})?;");
+    let _ = writeln!(out, "{chain};");
+    let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
+    let _ = writeln!(out, "}}");
 
     // candle_forward, written by a macro of `cleave` so that it follows that crate's features.
     let _ = writeln!(out, "::cleave::__candle_forward! {{");
     doc(&mut out, &format!("Runs kernel `{kernel}` on candle tensors (the `candle` feature of `cleave`)."));
     doc(&mut out, "");
-    doc(&mut out, "Inputs in declaration order, contiguous, on one device; the outputs come back in");
-    doc(&mut out, "declaration order, allocated on that device:");
+    doc(&mut out, "Inputs in declaration order, on one device, each read in place at its own strides (a");
+    doc(&mut out, "narrow or a transpose of the outer axes is no copy; the last axis must be contiguous); the");
+    doc(&mut out, "outputs come back in declaration order, dense, allocated on that device:");
     doc(&mut out, "");
     tensor_lines(&mut out);
     doc(&mut out, "");
@@ -467,7 +556,14 @@ mod tests {
         assert!(a.contains(".input(dims_)?.output(y)?"), "{a}");
         assert!(a.contains("cleave_emu_cleave_rowsum_0_0123"), "{a}");
         assert_eq!(a.matches("// SAFETY:").count(), a.matches("unsafe {").count(), "{a}");
-        assert_eq!(a.matches("unsafe {").count(), 3, "{a}");
+        assert_eq!(a.matches("unsafe {").count(), 5, "{a}");
+        // The views: a stride per axis of every tensor, dense strides from the extents, and the
+        // strided forms handing each view to the builder.
+        assert!(a.contains("pub dims_: [usize; 2],"), "{a}");
+        assert!(a.contains("dims_: [dims.k, 1],"), "{a}");
+        assert!(a.contains("y: [1, 1],"), "{a}");
+        assert!(a.contains(".input_strided(dims_, &strides.dims_)?.output_strided(y, &strides.y)?"), "{a}");
+        assert!(a.contains("strides: &Strides"), "{a}");
         // The pretty-printer wraps a macro's tokens by width, so compare them with the spacing collapsed.
         let flat = a.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(flat.contains("fn candle_forward(dims_) -> [y];"), "{a}");

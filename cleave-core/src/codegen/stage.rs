@@ -7,7 +7,7 @@ use std::fmt::Write;
 use super::cuda::{ctype, dim_expr, emu_entry};
 use super::ident;
 use crate::graph::{BinaryOp, Dim, DimTable, ReduceOp, UnaryOp};
-use crate::plan::program::{Binding, Param};
+use crate::plan::program::{is_view, stride_params, Binding, Param, StrideParam};
 use crate::plan::{Ix, SExpr, StageKernel};
 
 /// The C element type of a stage parameter: workspaces hold extended-exponent values.
@@ -28,7 +28,9 @@ impl Stage<'_> {
         d.map_or("1LL".to_string(), |v| dim_expr(self.dims, v))
     }
 
-    /// The linear element index of `index` in parameter `p` (row-major over its shape).
+    /// The element offset of `index` in parameter `p`: through the runtime strides of an input
+    /// or output view, row-major over its shape for a workspace (as the tile kernels address
+    /// them).
     fn linear(&self, p: &Param, index: &[Ix]) -> String {
         let mut terms = Vec::new();
         for (a, ix) in index.iter().enumerate() {
@@ -37,7 +39,16 @@ impl Stage<'_> {
                 Ix::Out(j) => format!("o{j}"),
                 Ix::Loop => "r".to_string(),
             };
-            let stride: Vec<String> = p.shape[a + 1..].iter().map(|d| self.extent(*d)).collect();
+            let stride: Vec<String> = if a + 1 >= p.shape.len() {
+                Vec::new()
+            } else if is_view(p.binding) {
+                match p.shape[a] {
+                    Some(_) => vec![StrideParam { binding: p.binding, axis: a as u32 }.name()],
+                    None => vec!["0LL".to_string()],
+                }
+            } else {
+                p.shape[a + 1..].iter().map(|d| self.extent(*d)).collect()
+            };
             terms.push(if stride.is_empty() { i } else { format!("{i} * {}", stride.join(" * ")) });
         }
         if terms.is_empty() {
@@ -124,6 +135,8 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
     for d in &k.extents {
         params.push(format!("long long e_{}", ident(&dims.get(*d).name)));
     }
+    let strides = stride_params(&k.params);
+    params.extend(strides.iter().map(|s| format!("long long {}", s.name())));
     let _ = writeln!(out, "\nextern \"C\" __global__ void __launch_bounds__({}) {}(", k.threads(), k.symbol);
     let _ = writeln!(out, "    {}) {{", params.join(",\n    "));
     for (i, p) in k.params.iter().enumerate() {
@@ -132,6 +145,9 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
     }
     for d in &k.extents {
         let _ = writeln!(out, "  (void)e_{};", ident(&dims.get(*d).name));
+    }
+    for s in &strides {
+        let _ = writeln!(out, "  (void){};", s.name());
     }
     let [w, rows] = k.block;
     let _ = writeln!(out, "  const long long tx = threadIdx.x % {w}, ty = threadIdx.x / {w};");
@@ -201,6 +217,6 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
         }
     }
     out.push_str("}\n");
-    out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len(), elem));
+    out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len() + strides.len(), elem));
     out
 }

@@ -3,7 +3,7 @@
 use super::error::PlanError;
 use super::lower::{KernelIo, Planned};
 use super::partition::{Partition, Workspace, WorkspaceType};
-use super::program::{Binding, GridAxis, Param, TileKernel};
+use super::program::{stride_params, Binding, GridAxis, Param, StrideParam, TileKernel};
 use super::stage::{stages, StageKernel};
 use crate::graph::{DimTable, DimVar, ValidGraph};
 
@@ -46,6 +46,11 @@ impl Kernel {
             Kernel::Tile(k) => &k.extents,
             Kernel::Stage(k) => &k.extents,
         }
+    }
+
+    /// Runtime strides of the input and output views, in parameter order after the extents.
+    pub fn strides(&self) -> Vec<StrideParam> {
+        stride_params(self.params())
     }
 
     /// The grid axes, flattened into `blockIdx.x` with the last fastest.

@@ -26,6 +26,7 @@ pub use launch::{assemble, fallback, kernel_io, Kernel, Launch};
 pub use lower::{lower, KernelIo, Planned};
 pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace, WorkspaceType};
 pub use program::{
-    Binding, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, TileKernel, Warps,
+    is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt,
+    StrideParam, TileKernel, Warps,
 };
 pub use stage::{Ix, SExpr, StageKernel};

@@ -316,6 +316,52 @@ pub enum Binding {
     Workspace(u32),
 }
 
+/// A runtime element stride a kernel takes after its extents: axis `axis` of the input or
+/// output `binding`. Inputs and outputs are views, so that a tensor inside a larger buffer (a
+/// KV cache allocated for its capacity, one projection of a fused weight, a candle narrow or
+/// transpose) is read and written in place and one compile serves every stride. Workspaces are
+/// the launch's own, dense and row-major, and take none.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct StrideParam {
+    /// An `Input` or `Output` binding.
+    pub binding: Binding,
+    /// The axis; never the last, which is contiguous.
+    pub axis: u32,
+}
+
+impl StrideParam {
+    /// Its name in generated CUDA (`si0_1`: input 0, axis 1), unique within a kernel.
+    pub fn name(&self) -> String {
+        match self.binding {
+            Binding::Input(i) => format!("si{i}_{}", self.axis),
+            Binding::Output(o) => format!("so{o}_{}", self.axis),
+            Binding::Workspace(w) => format!("sw{w}_{}", self.axis),
+        }
+    }
+}
+
+/// The one rule of which strides a kernel with these tensor parameters takes, in parameter
+/// order: every axis of an input or output but the last, except unit axes (always index 0).
+/// The code generators name them in the kernel's signature and the plan data passes them in
+/// this order, so the two cannot disagree.
+pub fn stride_params(params: &[Param]) -> Vec<StrideParam> {
+    let mut out = Vec::new();
+    for p in params.iter().filter(|p| is_view(p.binding)) {
+        for (a, d) in p.shape.iter().enumerate().take(p.shape.len().saturating_sub(1)) {
+            if d.is_some() {
+                out.push(StrideParam { binding: p.binding, axis: a as u32 });
+            }
+        }
+    }
+    out
+}
+
+/// Whether a tensor bound this way is addressed through runtime strides (inputs and outputs)
+/// rather than its dense row-major extents (workspaces).
+pub fn is_view(b: Binding) -> bool {
+    matches!(b, Binding::Input(_) | Binding::Output(_))
+}
+
 /// One grid axis: `iter` runs over `ceil(extent(dim) / tile)` blocks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct GridAxis {

@@ -3,8 +3,9 @@
 //! with candle's own ops.
 //!
 //! The generated kernels take candle tensors as they are: the sequence length is read from
-//! the shapes, the outputs come back as candle tensors on the inputs' device, and a tensor of
-//! the wrong shape, dtype or layout is an `Err`.
+//! the shapes, inputs are read in place at their own strides (the heads are views of the QKV
+//! projection, never copied), the outputs come back as candle tensors on the inputs' device,
+//! and a tensor of the wrong shape, dtype or layout is an `Err`.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -40,7 +41,8 @@ impl Block {
     /// The block with the generated kernels: `x` is `f16[s, MODEL]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let qkv = kernels::norm_qkv::candle_forward(x, &self.wqkv)?;
-        let [q, k, v] = split_heads(&qkv)?;
+        // The heads are strided views of `qkv`: the attention kernel reads them in place.
+        let [q, k, v] = head_views(&qkv)?;
         let o = kernels::attention::candle_forward(&q, &k, &v)?;
         merge_heads(&o)?.matmul(&self.wo)
     }
@@ -75,12 +77,19 @@ pub fn attention_candle(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
     p.matmul(&v)
 }
 
-/// `[s, 3 * MODEL]` to three contiguous `[HEADS, s, HEAD_DIM]` tensors.
-pub fn split_heads(qkv: &Tensor) -> Result<[Tensor; 3]> {
+/// `[s, 3 * MODEL]` to three `[HEADS, s, HEAD_DIM]` views of it, without a copy: each is a
+/// narrow and a transpose of the outer axes, so its rows stay contiguous.
+pub fn head_views(qkv: &Tensor) -> Result<[Tensor; 3]> {
     let s = qkv.dim(0)?;
     let t = qkv.reshape((s, 3, HEADS, HEAD_DIM))?;
-    let part = |i: usize| t.narrow(1, i, 1)?.squeeze(1)?.transpose(0, 1)?.contiguous();
+    let part = |i: usize| t.narrow(1, i, 1)?.squeeze(1)?.transpose(0, 1);
     Ok([part(0)?, part(1)?, part(2)?])
+}
+
+/// [`head_views`] copied into three contiguous tensors, for candle's own ops.
+pub fn split_heads(qkv: &Tensor) -> Result<[Tensor; 3]> {
+    let [q, k, v] = head_views(qkv)?;
+    Ok([q.contiguous()?, k.contiguous()?, v.contiguous()?])
 }
 
 /// `[HEADS, s, HEAD_DIM]` to `[s, MODEL]`.

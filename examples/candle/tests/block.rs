@@ -2,7 +2,7 @@
 //! fresh random data, and misuse as `Err`.
 
 use candle_core::{DType, Device, Tensor};
-use cleave_candle_example::{attention_candle, kernels, rel_err, rmsnorm, Block, HEADS, HEAD_DIM, MODEL};
+use cleave_candle_example::{attention_candle, head_views, kernels, rel_err, rmsnorm, Block, HEADS, HEAD_DIM, MODEL};
 
 /// f16 inputs and outputs against an f32 reference.
 const TOL: f32 = 2e-2;
@@ -70,13 +70,54 @@ fn misuse_is_an_error_naming_the_argument() {
     let e = err(kernels::norm_qkv::candle_forward(&x.unsqueeze(0).unwrap(), &w));
     assert!(e.contains("argument `x`: has shape [1, 8, 256] with 3 axes"), "{e}");
 
-    // A transposed view is read in place only where the layout allows; this one does not.
-    let q = randn(&[8, HEADS, HEAD_DIM], 1.0).transpose(0, 1).unwrap();
+    // A view is read in place only where its rows are contiguous; this one's are not.
+    let q = randn(&[HEADS, HEAD_DIM, 8], 1.0).transpose(1, 2).unwrap();
     let k = randn(&[HEADS, 8, HEAD_DIM], 1.0);
     let e = err(kernels::attention::candle_forward(&q, &k, &k));
-    assert!(e.contains("argument `q`: is not contiguous"), "{e}");
+    assert!(e.contains("argument `q`: has a strided last axis (shape [4, 8, 64], strides [512, 1, 8])"), "{e}");
 
     let short = randn(&[HEADS, 7, HEAD_DIM], 1.0);
     let e = err(kernels::attention::candle_forward(&k, &short, &k));
     assert!(e.contains("argument `k`: has shape [4, 7, 64], but the kernel declares [h, s, d]: axis 1 must be 8, the extent of `s` in `q`"), "{e}");
+}
+
+/// Views are read in place: heads that are a narrow and a transpose of a fused QKV tensor, a
+/// K and V cache allocated for more positions than are used, and a weight that is one
+/// column block of a wider one. Each input is checked to be a real strided view (not
+/// contiguous), and the results match candle's ops on contiguous copies.
+#[test]
+fn strided_views_are_read_in_place() {
+    let s = 45;
+    let qkv = randn(&[s, 3 * MODEL], 4.0);
+    let [q, k, v] = head_views(&qkv).unwrap();
+    assert!(!q.is_contiguous() && !k.is_contiguous() && !v.is_contiguous());
+    let ours = kernels::attention::candle_forward(&q, &k, &v).unwrap();
+    let want = attention_candle(&q.contiguous().unwrap(), &k.contiguous().unwrap(), &v.contiguous().unwrap()).unwrap();
+    let err = rel_err(&ours, &want).unwrap();
+    assert!(err < TOL, "heads as views of qkv: relative error {err}");
+
+    // A cache of 128 positions per head with the first `s` used: q, k and v all have s rows.
+    let cap = 128;
+    let kc = randn(&[HEADS, cap, HEAD_DIM], 4.0);
+    let vc = randn(&[HEADS, cap, HEAD_DIM], 1.0);
+    let q = randn(&[HEADS, s, HEAD_DIM], 4.0);
+    let (k, v) = (kc.narrow(1, 0, s).unwrap(), vc.narrow(1, 0, s).unwrap());
+    assert!(!k.is_contiguous());
+    let ours = kernels::attention::candle_forward(&q, &k, &v).unwrap();
+    let want = attention_candle(&q, &k.contiguous().unwrap(), &v.contiguous().unwrap()).unwrap();
+    let err = rel_err(&ours, &want).unwrap();
+    assert!(err < TOL, "cache with spare capacity: relative error {err}");
+
+    // The projection's weight as the middle column block of a fused [MODEL, 5 · MODEL] one.
+    let x = randn(&[s, MODEL], 2.0);
+    let wide = randn(&[MODEL, 5 * MODEL], 0.1);
+    let w = wide.narrow(1, MODEL, 3 * MODEL).unwrap();
+    assert!(!w.is_contiguous());
+    let ours = kernels::norm_qkv::candle_forward(&x, &w).unwrap();
+    let theirs = rmsnorm(&x.to_dtype(DType::F32).unwrap())
+        .unwrap()
+        .matmul(&w.contiguous().unwrap().to_dtype(DType::F32).unwrap())
+        .unwrap();
+    let err = rel_err(&ours, &theirs).unwrap();
+    assert!(err < TOL, "weight as a column block: relative error {err}");
 }
