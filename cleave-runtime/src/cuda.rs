@@ -19,7 +19,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::element::Element;
-use crate::layout::{self, Layouts, View};
+use crate::layout::Layouts;
 use crate::plan::{self, Extents, KernelLaunch, LaunchPlan, Param, Role, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS};
 use crate::Error;
 
@@ -627,10 +627,7 @@ impl<'a> Args<'a> {
         len: usize,
         addr: u64,
     ) -> Result<(), Error> {
-        match strides {
-            Some(strides) => self.layouts.set(self.plan, &self.extents, role, index, View { strides, len, addr }),
-            None => layout::check_start(self.plan, plan::spec(self.plan, role, index)?, addr),
-        }
+        self.layouts.record(self.plan, &self.extents, role, index, strides, len, addr)
     }
 
     fn check_context(&self, owner: &CudaStream, arg: &'static str) -> Result<(), Error> {
@@ -774,8 +771,7 @@ mod tests {
         let extents = Extents::new(&PLAN, dynamic)?;
         let mut layouts = Layouts::contiguous(&PLAN, &extents)?;
         if let Some(s) = x_stride {
-            let view = View { strides: &[s, 1], len: 4096, addr: 0x1000 };
-            layouts.set(&PLAN, &extents, Role::Input, 0, view)?;
+            layouts.set_input(&PLAN, &extents, 0, &[s, 1], 4096, 0x1000)?;
         }
         queue_plan(&PLAN, &extents, &layouts, &[0x1000], &[0x2000], workspace, &mut |i, grid, params| {
             let mut values = [0u64; 5];

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::marker::PhantomData;
 
 use crate::element::Element;
-use crate::layout::{self, Layouts, View};
+use crate::layout::Layouts;
 use crate::plan::{self, LaunchPlan, Param, Role};
 use crate::Error;
 
@@ -416,10 +416,7 @@ impl<'a> Args<'a> {
         len: usize,
         addr: u64,
     ) -> Result<(), Error> {
-        match strides {
-            Some(strides) => self.layouts.set(self.plan, &self.extents, role, index, View { strides, len, addr }),
-            None => layout::check_start(self.plan, plan::spec(self.plan, role, index)?, addr),
-        }
+        self.layouts.record(self.plan, &self.extents, role, index, strides, len, addr)
     }
 
     /// Runs the plan with `fns[i]` implementing `plan.launches[i]`.

@@ -74,6 +74,26 @@ impl Layouts {
         Ok(())
     }
 
+    /// What the typed builders record for input or output `index` in a buffer of `len`
+    /// elements at `addr`: a view with these strides (checked and stored), or, for `None`, the
+    /// dense tensor already recorded, whose start must still be aligned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &mut self,
+        plan: &LaunchPlan,
+        extents: &[u64],
+        role: Role,
+        index: usize,
+        strides: Option<&[usize]>,
+        len: usize,
+        addr: u64,
+    ) -> Result<(), Error> {
+        match strides {
+            Some(strides) => self.set(plan, extents, role, index, View { strides, len, addr }),
+            None => check_start(plan, crate::plan::spec(plan, role, index)?, addr),
+        }
+    }
+
     /// Sets the view of input `i`: `strides` in elements, one per declared axis, in a buffer of
     /// `len` elements starting at address `addr` (checked as [`check_view`] says).
     pub fn set_input(
