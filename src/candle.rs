@@ -20,7 +20,7 @@ pub use candle_core::{Result, Tensor};
 
 use crate::runtime::cuda::Fatbin;
 use crate::runtime::host::{self, EmuFn};
-use crate::runtime::plan::{self, Axis, DType, LaunchPlan, TensorSpec};
+use crate::runtime::plan::{self, DType, LaunchPlan, TensorSpec};
 use crate::runtime::{bf16, f16};
 use crate::Error;
 
@@ -37,6 +37,9 @@ fn candle_dtype(d: DType) -> CandleDType {
         DType::F16 => CandleDType::F16,
         DType::BF16 => CandleDType::BF16,
         DType::F32 => CandleDType::F32,
+        // candle has no i32 tensors; kernels with index tensors get no `candle_forward`, so a
+        // declared i32 tensor never meets a candle one here.
+        DType::I32 => CandleDType::U32,
     }
 }
 
@@ -44,12 +47,9 @@ fn candle_dtype(d: DType) -> CandleDType {
 fn shape_of(spec: &TensorSpec, extents: &[u64]) -> Result<Vec<usize>> {
     spec.shape
         .iter()
-        .map(|a| match *a {
-            Axis::One => Ok(1),
-            Axis::Dim(d) => {
-                let e = extents.get(usize::from(d)).copied().unwrap_or(0);
-                usize::try_from(e).map_err(|_| candle_core::Error::msg(format!("extent {e} does not fit in usize")))
-            }
+        .map(|a| {
+            let e = a.extent(extents).unwrap_or(0);
+            usize::try_from(e).map_err(|_| candle_core::Error::msg(format!("extent {e} does not fit in usize")))
         })
         .collect()
 }
@@ -162,7 +162,8 @@ impl HostBuf {
         match dtype {
             DType::F16 => HostBuf::F16(vec![f16::ZERO; len]),
             DType::BF16 => HostBuf::BF16(vec![bf16::ZERO; len]),
-            DType::F32 => HostBuf::F32(vec![0.0; len]),
+            // Outputs are never i32 (the front end refuses them).
+            DType::F32 | DType::I32 => HostBuf::F32(vec![0.0; len]),
         }
     }
 
@@ -277,7 +278,8 @@ mod cuda {
                 match spec.dtype {
                     DType::F16 => dev.alloc::<f16>(len).map(DeviceBuf::F16),
                     DType::BF16 => dev.alloc::<bf16>(len).map(DeviceBuf::BF16),
-                    DType::F32 => dev.alloc::<f32>(len).map(DeviceBuf::F32),
+                    // Outputs are never i32 (the front end refuses them).
+                    DType::F32 | DType::I32 => dev.alloc::<f32>(len).map(DeviceBuf::F32),
                 }
             }?;
             outs.push(buf);
@@ -292,7 +294,9 @@ mod cuda {
                     let view = match spec.dtype {
                         DType::F16 => InputView::F16(cuda.as_cuda_slice::<f16>()?.try_slice(*start..)),
                         DType::BF16 => InputView::BF16(cuda.as_cuda_slice::<bf16>()?.try_slice(*start..)),
-                        DType::F32 => InputView::F32(cuda.as_cuda_slice::<f32>()?.try_slice(*start..)),
+                        // An i32 input never gets here: a kernel with index tensors has no
+                        // `candle_forward`, and the dtype check before refuses it.
+                        DType::F32 | DType::I32 => InputView::F32(cuda.as_cuda_slice::<f32>()?.try_slice(*start..)),
                     };
                     if view.is_empty() {
                         return Err(past_end(spec, *start));

@@ -5,13 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use cleave_core::codegen::plan::{FactorData, ParamData, PlanData};
+use cleave_core::codegen::plan::{AxisData, FactorData, ParamData, PlanData, TableData};
 use cleave_core::codegen::{cuda, headers};
 use cleave_core::graph::{Bindings, DType};
 use cleave_core::plan::Launch;
 use cleave_core::reference::Tensor;
 use cleave_runtime::host::{EmuFn, EmuOptions};
-use cleave_runtime::{Axis, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, TensorSpec, WorkspaceSpec};
+use cleave_runtime::{
+    Axis, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, Table, TensorSpec, WorkspaceSpec,
+};
 
 /// A compiled host-emulation library of one launch.
 pub struct HostLibrary {
@@ -148,6 +150,7 @@ fn rt_dtype(d: DType) -> cleave_runtime::DType {
         DType::F16 => cleave_runtime::DType::F16,
         DType::BF16 => cleave_runtime::DType::BF16,
         DType::F32 => cleave_runtime::DType::F32,
+        DType::I32 => cleave_runtime::DType::I32,
     }
 }
 
@@ -158,6 +161,7 @@ fn product(fs: &[FactorData]) -> Product {
                 FactorData::Const(c) => Factor::Const(c),
                 FactorData::Dim(d) => Factor::Dim(d),
                 FactorData::CeilDiv(d, t) => Factor::CeilDiv(d, t),
+                FactorData::Slots { total, batch, tile } => Factor::Slots { total, batch, tile },
             })
             .collect(),
     ))
@@ -169,7 +173,17 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
     let tensor = |t: &cleave_core::codegen::plan::TensorData| TensorSpec {
         name: leak_str(&t.name),
         dtype: rt_dtype(t.dtype),
-        shape: leak(t.shape.iter().map(|a| a.map_or(Axis::One, Axis::Dim)).collect()),
+        shape: leak(
+            t.shape
+                .iter()
+                .map(|a| match a {
+                    AxisData::One => Axis::One,
+                    AxisData::Dim(d) => Axis::Dim(*d),
+                    AxisData::Merged(ds) => Axis::Merged(leak(ds.clone())),
+                    AxisData::PlusOne(d) => Axis::PlusOne(*d),
+                })
+                .collect(),
+        ),
     };
     Box::leak(Box::new(LaunchPlan {
         kernel: leak_str(&p.kernel),
@@ -197,9 +211,26 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                                 ParamData::Extent(i) => Param::Extent(i),
                                 ParamData::InputStride(i, a) => Param::InputStride(i, a),
                                 ParamData::OutputStride(i, a) => Param::OutputStride(i, a),
+                                ParamData::Scalar(i) => Param::Scalar(i),
                             })
                             .collect(),
                     ),
+                })
+                .collect(),
+        ),
+        tables: leak(
+            p.tables
+                .iter()
+                .map(|t| match t {
+                    TableData::Indptr { input, batch, bound } => {
+                        Table::Indptr { input: *input, batch: *batch, bound: *bound }
+                    }
+                    TableData::Pages { input, indptr, batch, pages } => {
+                        Table::Pages { input: *input, indptr: *indptr, batch: *batch, pages: leak(pages.clone()) }
+                    }
+                    TableData::LastPage { input, indptr, batch, page_size } => {
+                        Table::LastPage { input: *input, indptr: *indptr, batch: *batch, page_size: *page_size }
+                    }
                 })
                 .collect(),
         ),
@@ -244,6 +275,7 @@ fn to_bytes(dtype: DType, data: &[f64]) -> Vec<u8> {
         DType::F16 => data.iter().flat_map(|x| half::f16::from_f64(*x).to_bits().to_le_bytes()).collect(),
         DType::BF16 => data.iter().flat_map(|x| half::bf16::from_f64(*x).to_bits().to_le_bytes()).collect(),
         DType::F32 => data.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect(),
+        DType::I32 => data.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
     }
 }
 
@@ -256,6 +288,15 @@ fn from_bytes(dtype: DType, b: &[u8]) -> Vec<f64> {
             b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect()
         }
         DType::F32 => b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        DType::I32 => b.chunks_exact(4).map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+    }
+}
+
+/// The buffer shape of a tensor at these extents: its storage axes, or its shape when dense.
+pub fn storage_shape(decl: &cleave_core::graph::TensorDecl, bindings: &Bindings) -> Vec<usize> {
+    match &decl.layout {
+        Some(l) => l.extents(&|d| bindings.extent(d) as u64).into_iter().map(|e| e as usize).collect(),
+        None => bindings.extents(&decl.shape),
     }
 }
 
@@ -265,9 +306,10 @@ impl HostLibrary {
         self.plan
     }
 
-    /// Runs the launch on inputs (graph input order) at the given extents (one per dim of the
-    /// launch's table; split chunks are derived), with the emulator's options from the
-    /// environment. Returns the outputs.
+    /// Runs the launch on inputs (graph input order, each its buffer: storage axes, row-major)
+    /// at the given extents (one per dim of the launch's table; split chunks and per-request
+    /// dims are derived), with the emulator's options from the environment. Returns the
+    /// outputs' buffers.
     pub fn run(
         &self,
         launch: &Launch,
@@ -326,11 +368,14 @@ impl HostLibrary {
                 unsafe { self.lib.get(name.as_bytes()) }.map_err(|e| format!("{}: {e}", l.symbol))?;
             fns.push(*f);
         }
-        // The plan's extents: the launch's dims without split chunks, in table order.
+        // The plan's extents: the launch's dims without split chunks and per-request dims (the
+        // kernels derive both), in table order.
         let extents: Vec<u64> = launch
             .dims()
             .iter()
-            .filter(|(_, d)| !matches!(d.kind, cleave_core::graph::DimKind::SplitChunk { .. }))
+            .filter(|(_, d)| {
+                !matches!(d.kind, cleave_core::graph::DimKind::SplitChunk { .. }) && d.per_request.is_none()
+            })
             .map(|(v, _)| bindings.values[v.index()])
             .collect();
         // Every buffer is sized from the library's own plan, not from `launch`, so a launch or
@@ -359,8 +404,14 @@ impl HostLibrary {
         if g.inputs.len() != plan.inputs.len() || g.outputs.len() != plan.outputs.len() {
             return Err(format!("{}: the launch's tensors do not match the plan", plan.kernel));
         }
-        let padded =
-            |shape: &[usize], dtype: DType| if views { Padded::new(shape, dtype.size()) } else { Padded::dense(shape) };
+        // Index tensors and scalars are passed whole: only views of values are padded.
+        let padded = |shape: &[usize], dtype: DType| {
+            if views && dtype.is_float() && !shape.is_empty() {
+                Padded::new(shape, dtype.size())
+            } else {
+                Padded::dense(shape)
+            }
+        };
         let mut in_views: Vec<Padded> = Vec::with_capacity(inputs.len());
         let mut in_bytes: Vec<Aligned> = Vec::with_capacity(inputs.len());
         for ((t, i), spec) in inputs.iter().zip(&g.inputs).zip(plan.inputs) {
@@ -385,7 +436,7 @@ impl HostLibrary {
             if rt_dtype(o.decl.dtype) != spec.dtype {
                 return Err(format!("{}: output `{}` has another dtype in the plan", plan.kernel, spec.name));
             }
-            let shape = bindings.extents(&o.decl.shape);
+            let shape = storage_shape(&o.decl, bindings);
             if shape.iter().product::<usize>() != count(spec)? {
                 return Err(format!("{}: output `{}` has another shape in the plan", plan.kernel, spec.name));
             }
@@ -408,6 +459,9 @@ impl HostLibrary {
             .collect();
         let mut layouts = cleave_runtime::Layouts::contiguous(plan, &extents).map_err(|e| e.to_string())?;
         for (i, (v, p)) in in_views.iter().zip(&in_ptrs).enumerate() {
+            if plan.inputs[i].shape.is_empty() || plan.inputs[i].dtype == cleave_runtime::DType::I32 {
+                continue;
+            }
             layouts.set_input(plan, &extents, i, &v.strides, v.len - v.offset, *p as u64).map_err(|e| e.to_string())?;
         }
         for (o, (v, p)) in out_views.iter().zip(&out_ptrs).enumerate() {
@@ -435,7 +489,7 @@ impl HostLibrary {
                     plan.kernel, o.decl.name
                 ));
             }
-            outs.push(Tensor { shape: bindings.extents(&o.decl.shape), data: from_bytes(o.decl.dtype, &dense) });
+            outs.push(Tensor { shape: storage_shape(&o.decl, bindings), data: from_bytes(o.decl.dtype, &dense) });
         }
         Ok(outs)
     }

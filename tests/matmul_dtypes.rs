@@ -15,11 +15,7 @@ use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputS
 const DTYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
 fn name(d: DType) -> &'static str {
-    match d {
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::F32 => "f32",
-    }
+    d.name()
 }
 
 fn has_mma(body: &[Stmt]) -> bool {

@@ -7,7 +7,7 @@
 //! specification and the equivalence check cannot disagree about what a graph means, only
 //! about the arithmetic.
 
-use crate::graph::{BinaryOp, Bindings, Node, Op, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, Bindings, Dim, DimKind, DimTable, Mask, Node, Op, ReduceOp, UnaryOp};
 
 /// The values a graph is evaluated over and the scalar operations on them.
 pub trait Domain {
@@ -31,6 +31,8 @@ pub trait Domain {
     /// The value a reduction starts from before its first element; `None` starts from the
     /// first element (an empty reduction is then zero).
     fn reduce_start(&self, op: ReduceOp) -> Option<Self::Value>;
+    /// `-inf`, what a mask puts in place of the elements it drops.
+    fn neg_inf(&self) -> Self::Value;
 }
 
 /// A dense row-major tensor.
@@ -111,10 +113,12 @@ pub enum EvalError<E> {
 
 /// Evaluates every node of `nodes` (an arena in topological order whose leaves are
 /// `Op::Input(k)` → `inputs[k]` and constants) at `bindings` into `values`, which is cleared
-/// and reused. No tensor may have more than `max_elems` elements.
+/// and reused. No tensor may have more than `max_elems` elements. `table` is the dim table of
+/// the nodes' shapes (a mask of a split tensor finds its columns' global positions there).
 pub fn eval_into<D: Domain>(
     domain: &D,
     nodes: &[Node],
+    table: &DimTable,
     bindings: &Bindings,
     inputs: &[Dense<D::Value>],
     max_elems: usize,
@@ -147,6 +151,7 @@ pub fn eval_into<D: Domain>(
             Op::MatMul => matmul(domain, arg(0), arg(1), shape),
             Op::Reduce(r, axis) => reduce(domain, arg(0), r, axis as usize).map_err(EvalError::Domain)?,
             Op::Split(axis) => split(arg(0), axis as usize, shape)?,
+            Op::Mask(m) => mask(domain, m, arg(0), &node.shape, table, bindings),
         };
         debug_assert_eq!(t.shape, bindings.extents(&node.shape), "{:?}", node.op);
         values.push(t);
@@ -284,4 +289,48 @@ fn split<V: Copy, E>(x: &Dense<V>, axis: usize, out: Vec<usize>) -> Result<Dense
         }
     }
     Ok(Dense { shape: out, data })
+}
+
+/// The position of an index along axis `a` of a tensor of `shape` in its unsplit axis, and
+/// that axis' extent: a split chunk's index counts from the start of its part, whose number is
+/// the index along the split's count axis.
+fn global_axis(shape: &[Dim], a: usize, table: &DimTable, bindings: &Bindings) -> (Option<usize>, usize, usize) {
+    let d = shape[a];
+    if let Dim::Var(v) = d {
+        if let DimKind::SplitChunk { of, count } = table.get(v).kind {
+            let part = shape.iter().position(|x| *x == Dim::Var(count));
+            return (part, bindings.extent(d), bindings.extent(Dim::Var(of)));
+        }
+    }
+    (None, 1, bindings.extent(d))
+}
+
+fn mask<D: Domain>(
+    domain: &D,
+    m: Mask,
+    x: &Dense<D::Value>,
+    shape: &[Dim],
+    table: &DimTable,
+    bindings: &Bindings,
+) -> Dense<D::Value> {
+    let r = shape.len();
+    let st = x.strides();
+    let (rpart, rchunk, rows) = global_axis(shape, r - 2, table, bindings);
+    let (cpart, cchunk, cols) = global_axis(shape, r - 1, table, bindings);
+    let coord = |lin: usize, a: usize| (lin / st[a]) % x.shape[a];
+    let data = x
+        .data
+        .iter()
+        .enumerate()
+        .map(|(lin, &v)| {
+            let i = rpart.map_or(0, |p| coord(lin, p) * rchunk) + coord(lin, r - 2);
+            let j = cpart.map_or(0, |p| coord(lin, p) * cchunk) + coord(lin, r - 1);
+            if m.keeps(i as u64, j as u64, rows as u64, cols as u64) {
+                v
+            } else {
+                domain.neg_inf()
+            }
+        })
+        .collect();
+    Dense { shape: x.shape.clone(), data }
 }

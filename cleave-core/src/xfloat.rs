@@ -160,6 +160,21 @@ impl<F: Mantissa> XFloat<F> {
         self.m.is_nan()
     }
 
+    /// True for zero (of either sign).
+    pub fn is_zero(self) -> bool {
+        self.m == F::zero()
+    }
+
+    /// The language's quotient: IEEE's, except that `0 / 0` is 0 (a softmax or an attention
+    /// over a row with nothing unmasked is 0, as attention kernels define it).
+    pub fn quotient(self, o: Self) -> Self {
+        if self.is_zero() && o.is_zero() {
+            Self::zero()
+        } else {
+            self / o
+        }
+    }
+
     fn sum(self, o: Self) -> Self {
         if !self.m.is_finite() || !o.m.is_finite() {
             return XFloat { m: self.m + o.m, e: 0 };

@@ -55,8 +55,8 @@ proptest! {
     #[test]
     fn accepted_shapes_are_the_shapes_the_reference_computes(o in op(), x in shape(), y in shape()) {
         let mut g = Graph::new("k", table());
-        let a = g.add_input(TensorDecl { name: "x".into(), dtype: DType::F32, shape: x });
-        let b = g.add_input(TensorDecl { name: "y".into(), dtype: DType::F32, shape: y });
+        let a = g.add_input(TensorDecl::dense("x", DType::F32, x));
+        let b = g.add_input(TensorDecl::dense("y", DType::F32, y));
         let args = if o.arity() == 2 { vec![a, b] } else { vec![a] };
         let Ok(out) = g.add(o, &args) else { return Ok(()) };
         let shape = g.shape(out).to_vec();
@@ -71,9 +71,9 @@ proptest! {
         if o.arity() == 1 {
             // Keep the unused input used so the graph validates.
             let keep = g.add(Op::Unary(UnaryOp::Neg), &[b]).expect("neg");
-            g.add_output(TensorDecl { name: "z".into(), dtype: DType::F32, shape: g.shape(keep).to_vec() }, keep);
+            g.add_output(TensorDecl::dense("z", DType::F32, g.shape(keep).to_vec()), keep);
         }
-        g.add_output(TensorDecl { name: "o".into(), dtype: DType::F32, shape: shape.clone() }, out);
+        g.add_output(TensorDecl::dense("o", DType::F32, shape.clone()), out);
         let v = validate(g).expect("a graph of accepted ops validates");
         let mut binds = Bindings::of_table(&v.dims);
         binds.complete(&v.dims);

@@ -58,6 +58,7 @@ fn dtype_name(d: DType) -> &'static str {
         DType::F16 => "f16",
         DType::BF16 => "bf16",
         DType::F32 => "f32",
+        DType::I32 => "i32",
     }
 }
 
@@ -437,6 +438,9 @@ struct NaiveF32;
 impl Domain for NaiveF32 {
     type Value = f32;
     type Error = Infallible;
+    fn neg_inf(&self) -> f32 {
+        f32::NEG_INFINITY
+    }
     fn constant(&self, c: f64) -> Result<f32, Infallible> {
         Ok(c as f32)
     }
@@ -514,7 +518,7 @@ fn run_case(seed: u64, opts: &Options) -> Result<usize, String> {
         .map(|t| Dense { shape: t.shape.clone(), data: t.data.iter().map(|x| *x as f32).collect() })
         .collect();
     let mut naive = Vec::new();
-    eval_into(&NaiveF32, &graph.nodes, &b, &naive_inputs, usize::MAX, &mut naive)
+    eval_into(&NaiveF32, &graph.nodes, &graph.dims, &b, &naive_inputs, usize::MAX, &mut naive)
         .map_err(|_| fail("naive eval".into()))?;
     let mut checked = 0;
     for r in &compiled.ranked {

@@ -188,7 +188,7 @@ fn split_decode_form(g: &ValidGraph, parts: u64) -> ValidGraph {
         .expect("chunk");
     let l = f.dims.find("l").expect("l");
     f.dims.get_mut(chunk).value = f.dims.get(l).value.div_ceil(parts);
-    let _ = (Dim::One, DType::F16, TensorDecl { name: String::new(), dtype: DType::F16, shape: vec![] });
+    let _ = (Dim::One, DType::F16, TensorDecl::dense(String::new(), DType::F16, vec![]));
     validate(f).expect("valid")
 }
 
@@ -304,7 +304,7 @@ fn a_positive_score_scale_moves_into_the_exponent() {
         match e {
             Expr::Src(Src::Const(_)) => true,
             Expr::Src(_) => false,
-            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => has_const(a),
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => has_const(a),
             Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => has_const(a) || has_const(b),
         }
     }

@@ -225,6 +225,8 @@ pub(crate) fn queue_plan(
                 Param::Extent(i) => extents.get(usize::from(i)).copied(),
                 Param::InputStride(i, a) => layouts.input_stride(usize::from(i), usize::from(a)),
                 Param::OutputStride(i, a) => layouts.output_stride(usize::from(i), usize::from(a)),
+                // A scalar's entry holds its f32 bits; the kernel reads the low 4 bytes.
+                Param::Scalar(i) => inputs.get(usize::from(i)).copied(),
             };
             *slot = value.ok_or_else(|| Error::InvalidPlan {
                 kernel,
@@ -583,6 +585,17 @@ impl<'a> Args<'a> {
         Ok(self)
     }
 
+    /// Adds the next declared input when it is a scalar (`[]`), by value (rounded to its
+    /// declared dtype).
+    pub fn scalar(&mut self, value: f32) -> Result<&mut Self, Error> {
+        let value = plan::check_scalar(self.plan, self.n_inputs, value)?;
+        // The parameter's slot carries the f32's bits in its low 4 bytes, which is what the
+        // kernel's `float` parameter reads (little-endian).
+        self.inputs[self.n_inputs] = u64::from(value.to_bits());
+        self.n_inputs += 1;
+        Ok(self)
+    }
+
     /// Adds the next declared output, dense and row-major: a `CudaSlice` or `CudaViewMut`.
     pub fn output<T: Element, S: DevicePtrMut<T>>(&mut self, buf: &'a mut S) -> Result<&mut Self, Error> {
         let name =
@@ -755,6 +768,7 @@ mod tests {
                 params: &[Param::Workspace(0), Param::Output(0), Param::Extent(0), Param::Extent(1)],
             },
         ],
+        tables: &[],
     };
 
     type Recorded = (usize, [u32; 3], [u64; 5]);

@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use crate::plan::DType;
 
-/// A tensor element type: `f16`, `bf16` or `f32`.
+/// A tensor element type: `f16`, `bf16`, `f32`, or `i32` for index tensors.
 ///
 /// The trait is sealed: its `DTYPE` is what the executors compare against the declaration, so
 /// only types whose memory layout is exactly that dtype may implement it.
@@ -25,10 +25,15 @@ impl Element for f32 {
     const DTYPE: DType = DType::F32;
 }
 
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+
 mod sealed {
     /// Not nameable outside this crate, so no other crate can implement `Element`.
     pub trait Sealed {}
     impl Sealed for half::f16 {}
     impl Sealed for half::bf16 {}
     impl Sealed for f32 {}
+    impl Sealed for i32 {}
 }

@@ -91,6 +91,16 @@ pub enum Error {
         message: String,
     },
 
+    /// An index tensor (a ragged dim's indptr, a page table) breaks its rules: an indptr that
+    /// decreases or points past the rows it indexes, a page number outside the pool.
+    #[error("index tensor `{arg}`: {message}")]
+    Table {
+        /// The argument's declared name.
+        arg: &'static str,
+        /// Which entry is wrong, and why.
+        message: String,
+    },
+
     /// A buffer has a different element type than the declaration.
     #[error("argument `{arg}` holds {got} elements, but the kernel declares it as {expected}")]
     DTypeMismatch {

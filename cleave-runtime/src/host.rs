@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use crate::element::Element;
 use crate::layout::Layouts;
-use crate::plan::{self, LaunchPlan, Param, Role};
+use crate::plan::{self, DType, LaunchPlan, Param, Role};
 use crate::Error;
 
 /// One emulated kernel: runs the whole grid described by the [`EmuLaunch`], reading its
@@ -209,6 +209,17 @@ pub unsafe fn execute_with(
     options: &EmuOptions,
 ) -> Result<(), Error> {
     plan::check_call(plan, extents, inputs.len(), outputs.len())?;
+    // Index tables are in host memory here: a malformed one is refused before any kernel runs.
+    let table = |i: usize| -> Option<&[i32]> {
+        let spec = plan.inputs.get(i)?;
+        let len = usize::try_from(layouts.input_span(i)?).ok()?;
+        let p = *inputs.get(i)?;
+        // SAFETY: the caller guarantees each input pointer valid for reads of its view's span;
+        // an i32 input is a dense index tensor (its span is its length) whose dtype the plan
+        // declares, so the memory holds `len` i32 values, aligned as i32.
+        (spec.dtype == DType::I32 && !p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<i32>(), len) })
+    };
+    plan::check_tables(plan, extents, &table)?;
     if fns.len() != plan.launches.len() {
         return Err(Error::InvalidArguments {
             kernel: plan.kernel,
@@ -232,6 +243,27 @@ pub unsafe fn execute_with(
     let mut workspace_slots: Vec<*mut c_void> = workspaces.iter_mut().map(|w| w.as_mut_ptr().cast()).collect();
     // Extents are at most 2^31-1 (checked above), so they convert to i64 exactly.
     let mut extent_slots: Vec<i64> = extents.iter().map(|&e| e as i64).collect();
+    // Scalars by value, as f32: each scalar input's pointer points at one element of its dtype.
+    let mut scalar_slots: Vec<f32> = plan
+        .inputs
+        .iter()
+        .zip(inputs)
+        .map(|(spec, p)| {
+            if !spec.shape.is_empty() || p.is_null() {
+                return 0.0;
+            }
+            // SAFETY: a scalar input's pointer is valid for reads of one element of its dtype
+            // (`Args::scalar`, or the caller's contract for `execute`).
+            unsafe {
+                match spec.dtype {
+                    DType::F16 => half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32(),
+                    DType::BF16 => half::bf16::from_bits(p.cast::<u16>().read_unaligned()).to_f32(),
+                    _ => p.cast::<f32>().read_unaligned(),
+                }
+            }
+        })
+        .collect();
+    let scalars_base = scalar_slots.as_mut_ptr();
     let bases =
         (input_slots.as_mut_ptr(), output_slots.as_mut_ptr(), workspace_slots.as_mut_ptr(), extent_slots.as_mut_ptr());
 
@@ -249,6 +281,10 @@ pub unsafe fn execute_with(
         s.ok_or_else(|| Error::InvalidArguments { kernel: plan.kernel, message: format!("no view of tensor {i}") })
     };
     for (i, (spec, p)) in plan.inputs.iter().zip(inputs).enumerate() {
+        if spec.shape.is_empty() {
+            // A scalar reaches its kernel by value, not through memory.
+            continue;
+        }
         let bytes = span(layouts.input_span(i), i)? * u64::from(spec.dtype.size_bytes());
         add(p.cast(), bytes, spec.name.to_string());
     }
@@ -294,6 +330,7 @@ pub unsafe fn execute_with(
                 Param::Workspace(i) => bases.2.wrapping_add(usize::from(i)).cast(),
                 Param::Extent(i) => bases.3.wrapping_add(usize::from(i)).cast(),
                 Param::InputStride(..) | Param::OutputStride(..) => strides_base.wrapping_add(j).cast(),
+                Param::Scalar(i) => scalars_base.wrapping_add(usize::from(i)).cast(),
             })
             .collect();
         err.fill(0);
@@ -351,6 +388,9 @@ pub struct Args<'a> {
     layouts: Layouts,
     inputs: Vec<*const u8>,
     outputs: Vec<*mut u8>,
+    /// The values of scalar inputs in their declared dtypes, one slot per input; a scalar's
+    /// entry of `inputs` points at its slot (the heap buffer does not move with the builder).
+    scalars: Vec<[u8; 4]>,
     borrows: PhantomData<&'a mut [u8]>,
 }
 
@@ -364,6 +404,7 @@ impl<'a> Args<'a> {
             extents,
             inputs: Vec::with_capacity(plan.inputs.len()),
             outputs: Vec::with_capacity(plan.outputs.len()),
+            scalars: vec![[0; 4]; plan.inputs.len()],
             borrows: PhantomData,
         })
     }
@@ -378,6 +419,30 @@ impl<'a> Args<'a> {
         plan::check_arg(self.plan, &self.extents, Role::Input, self.inputs.len(), T::DTYPE, data.len())?;
         self.view(Role::Input, self.inputs.len(), None, data.len(), data.as_ptr() as u64)?;
         self.inputs.push(data.as_ptr().cast());
+        Ok(self)
+    }
+
+    /// Adds the next declared input when it is a scalar (`[]`), by value (rounded to its
+    /// declared dtype).
+    pub fn scalar(&mut self, value: f32) -> Result<&mut Self, Error> {
+        let i = self.inputs.len();
+        let value = plan::check_scalar(self.plan, i, value)?;
+        let slot = self.scalars.get_mut(i).ok_or_else(|| Error::InvalidArguments {
+            kernel: self.plan.kernel,
+            message: format!("{} inputs were passed, but the kernel declares {}", i + 1, self.plan.inputs.len()),
+        })?;
+        *slot = match self.plan.inputs[i].dtype {
+            DType::F16 => {
+                let b = half::f16::from_f32(value).to_le_bytes();
+                [b[0], b[1], 0, 0]
+            }
+            DType::BF16 => {
+                let b = half::bf16::from_f32(value).to_le_bytes();
+                [b[0], b[1], 0, 0]
+            }
+            _ => value.to_le_bytes(),
+        };
+        self.inputs.push(slot.as_ptr());
         Ok(self)
     }
 

@@ -165,10 +165,14 @@ pub(crate) struct View<'a> {
 /// it, so a view is asked for no more than the tensor it stands for.
 pub fn alignment(plan: &LaunchPlan, spec: &TensorSpec) -> u64 {
     let size = u64::from(spec.dtype.size_bytes());
-    let last = match spec.shape.last() {
-        Some(Axis::Dim(d)) => plan.dims.get(usize::from(*d)).filter(|d| !d.dynamic).map(|d| d.value),
+    // The last axis' static extent: a dim, or a merge of static dims.
+    let last = spec.shape.last().and_then(|a| match a {
+        Axis::Dim(_) | Axis::Merged(_) => a
+            .dims()
+            .iter()
+            .try_fold(1u64, |acc, d| plan.dims.get(usize::from(*d)).filter(|d| !d.dynamic).map(|d| acc * d.value)),
         _ => None,
-    };
+    });
     match last {
         Some(e) if (e * size) % 16 == 0 => 16,
         _ => size,
@@ -189,13 +193,10 @@ pub(crate) fn check_start(plan: &LaunchPlan, spec: &TensorSpec, addr: u64) -> Re
 }
 
 fn extent(plan: &LaunchPlan, extents: &[u64], spec: &TensorSpec, axis: Axis) -> Result<u64, Error> {
-    match axis {
-        Axis::One => Ok(1),
-        Axis::Dim(d) => extents.get(usize::from(d)).copied().ok_or_else(|| Error::InvalidPlan {
-            kernel: plan.kernel,
-            reason: format!("tensor `{}` refers to dim {d}, which has no extent", spec.name),
-        }),
-    }
+    axis.extent(extents).ok_or_else(|| Error::InvalidPlan {
+        kernel: plan.kernel,
+        reason: format!("tensor `{}` has an axis whose dims have no extent", spec.name),
+    })
 }
 
 /// Checks a view of `spec` and returns its strides (0 for axes of extent 1) and the elements
@@ -298,6 +299,7 @@ mod tests {
         outputs: &[TensorSpec { name: "o", dtype: DType::F32, shape: &[Axis::Dim(1), Axis::Dim(3)] }],
         workspaces: &[],
         launches: &[],
+        tables: &[],
     };
 
     fn check(output: bool, strides: &[usize], len: usize, addr: u64) -> Result<([u64; MAX_RANK], u64), String> {
@@ -359,6 +361,7 @@ mod tests {
             outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(2)] }],
             workspaces: &[],
             launches: &[],
+            tables: &[],
         };
         let mut checked = 0;
         for e in (0..27).map(|i| [1 + i / 9, 1 + (i / 3) % 3, 1 + i % 3]) {

@@ -56,6 +56,48 @@ pub struct LaunchPlan {
     pub workspaces: &'static [WorkspaceSpec],
     /// The kernels to launch, in order, on one stream.
     pub launches: &'static [KernelLaunch],
+    /// The index tensors among the inputs and the rules their entries follow.
+    pub tables: &'static [Table],
+}
+
+/// An index tensor of a plan and what its entries must satisfy. Kernels clamp every entry
+/// they read, so no table can move an access outside a buffer; these rules are what makes the
+/// result meaningful, checked wherever the table is in host memory ([`check_tables`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// Input `input` holds `batch + 1` non-decreasing offsets, each in `0..=extent(bound)`.
+    Indptr {
+        /// The input.
+        input: u16,
+        /// The batch dim.
+        batch: u16,
+        /// The dim the offsets index (`None`: only monotony is required).
+        bound: Option<u16>,
+    },
+    /// Input `input` is a page table: every entry some request owns through the indptr
+    /// `indptr` is a page number below the extent of each dim of `pages`.
+    Pages {
+        /// The page table.
+        input: u16,
+        /// Its indptr.
+        indptr: u16,
+        /// The batch dim.
+        batch: u16,
+        /// The page-pool dims it addresses.
+        pages: &'static [u16],
+    },
+    /// Input `input` holds each request's used slots of its last page: in `1..=page_size`
+    /// for a request with pages.
+    LastPage {
+        /// The input.
+        input: u16,
+        /// The indptr into the page table.
+        indptr: u16,
+        /// The batch dim.
+        batch: u16,
+        /// Slots per page.
+        page_size: u64,
+    },
 }
 
 /// One dim of a kernel.
@@ -69,13 +111,39 @@ pub struct DimSpec {
     pub dynamic: bool,
 }
 
-/// One axis of a tensor's shape.
+/// One axis of a tensor's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Axis {
     /// A broadcast axis of extent 1.
     One,
     /// The extent of `LaunchPlan::dims[i]`.
     Dim(u16),
+    /// The product of several dims' extents: logical axes merged into one (`(g r)`).
+    Merged(&'static [u16]),
+    /// The extent of `LaunchPlan::dims[i]` plus one (an indptr over `i` requests).
+    PlusOne(u16),
+}
+
+impl Axis {
+    /// The extent for these extents (one per dim), or `None` for a dim out of range or an
+    /// overflow.
+    pub fn extent(&self, extents: &[u64]) -> Option<u64> {
+        match *self {
+            Axis::One => Some(1),
+            Axis::Dim(d) => extents.get(usize::from(d)).copied(),
+            Axis::Merged(ds) => ds.iter().try_fold(1u64, |acc, d| acc.checked_mul(*extents.get(usize::from(*d))?)),
+            Axis::PlusOne(d) => extents.get(usize::from(d))?.checked_add(1),
+        }
+    }
+
+    /// The dims this axis' extent is made of.
+    pub fn dims(&self) -> &[u16] {
+        match self {
+            Axis::One => &[],
+            Axis::Dim(d) | Axis::PlusOne(d) => std::slice::from_ref(d),
+            Axis::Merged(ds) => ds,
+        }
+    }
 }
 
 /// The element type of a tensor in memory.
@@ -87,6 +155,8 @@ pub enum DType {
     BF16,
     /// IEEE binary32.
     F32,
+    /// 32-bit signed integers (index tensors).
+    I32,
 }
 
 impl DType {
@@ -94,16 +164,17 @@ impl DType {
     pub const fn size_bytes(self) -> u32 {
         match self {
             DType::F16 | DType::BF16 => 2,
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
         }
     }
 
-    /// The name used in declarations (`f16`, `bf16`, `f32`).
+    /// The name used in declarations (`f16`, `bf16`, `f32`, `i32`).
     pub const fn name(self) -> &'static str {
         match self {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::F32 => "f32",
+            DType::I32 => "i32",
         }
     }
 }
@@ -121,7 +192,8 @@ pub struct TensorSpec {
     pub name: &'static str,
     /// The element type.
     pub dtype: DType,
-    /// The shape, outermost axis first; the tensor is dense and row-major.
+    /// The buffer's shape, outermost axis first (dense and row-major unless a view says
+    /// otherwise). A scalar has none, and is passed by value.
     pub shape: &'static [Axis],
 }
 
@@ -133,22 +205,22 @@ impl TensorSpec {
     pub fn elements(&self, plan: &LaunchPlan, extents: &[u64]) -> Result<u64, Error> {
         let mut count: u64 = 1;
         for axis in self.shape {
-            let Axis::Dim(d) = *axis else { continue };
-            let (Some(dim), Some(&extent)) = (plan.dims.get(usize::from(d)), extents.get(usize::from(d))) else {
+            let Some(&d) = axis.dims().last() else { continue };
+            let Some(dim) = plan.dims.get(usize::from(d)) else {
                 return Err(Error::InvalidPlan {
                     kernel: plan.kernel,
                     reason: format!("tensor `{}` refers to dim {d}, which has no extent", self.name),
                 });
             };
+            let too_large = || Error::InvalidExtent {
+                dim: dim.name,
+                value: extents.get(usize::from(d)).copied().unwrap_or(0),
+                reason: "a tensor using this dim would exceed 2^48 elements",
+            };
+            let extent = axis.extent(extents).ok_or_else(too_large)?;
             count = match count.checked_mul(extent) {
                 Some(c) if c <= MAX_TENSOR_ELEMENTS => c,
-                _ => {
-                    return Err(Error::InvalidExtent {
-                        dim: dim.name,
-                        value: extent,
-                        reason: "a tensor using this dim would exceed 2^48 elements",
-                    })
-                }
+                _ => return Err(too_large()),
             };
         }
         Ok(count)
@@ -164,6 +236,16 @@ pub enum Factor {
     Dim(u16),
     /// `ceil(extent[d] / t)`: the number of tiles of size `t` covering dim `d`.
     CeilDiv(u16, u64),
+    /// `extent[total] / tile + extent[batch]`: the slots of a work list over the requests of a
+    /// ragged dim packed into `total` rows, `tile` rows a slot.
+    Slots {
+        /// The packed axis' dim.
+        total: u16,
+        /// The batch dim.
+        batch: u16,
+        /// Rows per slot.
+        tile: u64,
+    },
 }
 
 /// A product of factors; the empty product is 1.
@@ -181,6 +263,10 @@ impl Product {
                 Factor::CeilDiv(d, t) => {
                     let extent = *extents.get(usize::from(d))?;
                     (t > 0).then(|| extent.div_ceil(t))?
+                }
+                Factor::Slots { total, batch, tile } => {
+                    let (total, batch) = (*extents.get(usize::from(total))?, *extents.get(usize::from(batch))?);
+                    (tile > 0).then(|| total / tile)?.checked_add(batch)?
                 }
             };
             acc.checked_mul(value)
@@ -258,6 +344,8 @@ pub enum Param {
     InputStride(u16, u8),
     /// The element stride of axis `.1` of output `.0`.
     OutputStride(u16, u8),
+    /// Scalar input `i` (an `f32`), by value.
+    Scalar(u16),
 }
 
 impl LaunchPlan {
@@ -284,7 +372,7 @@ impl LaunchPlan {
                     tensor.shape.len()
                 ));
             }
-            if let Some(Axis::Dim(d)) = tensor.shape.iter().find(|a| matches!(a, Axis::Dim(d) if !dim_ok(*d))) {
+            if let Some(d) = tensor.shape.iter().flat_map(|a| a.dims()).find(|d| !dim_ok(**d)) {
                 return fail(format!(
                     "tensor `{}` refers to dim {d}, but the plan has {}",
                     tensor.name,
@@ -297,6 +385,7 @@ impl LaunchPlan {
                 Factor::Const(_) => true,
                 Factor::Dim(d) => dim_ok(d),
                 Factor::CeilDiv(d, t) => dim_ok(d) && t > 0,
+                Factor::Slots { total, batch, tile } => dim_ok(total) && dim_ok(batch) && tile > 0,
             })
         };
         for (i, ws) in self.workspaces.iter().enumerate() {
@@ -329,9 +418,19 @@ impl LaunchPlan {
                     Param::Extent(i) => ("dim", i, self.dims.len()),
                     Param::InputStride(i, _) => ("input", i, self.inputs.len()),
                     Param::OutputStride(i, _) => ("output", i, self.outputs.len()),
+                    Param::Scalar(i) => ("input", i, self.inputs.len()),
                 };
                 if usize::from(i) >= len {
                     return fail(format!("launch `{symbol}` passes {what} {i}, but the plan has {len}"));
+                }
+                if let Param::Scalar(i) = *param {
+                    let spec = &self.inputs[usize::from(i)];
+                    if !spec.shape.is_empty() || spec.dtype == DType::I32 {
+                        return fail(format!(
+                            "launch `{symbol}` passes `{}` by value, but it is not a scalar",
+                            spec.name
+                        ));
+                    }
                 }
                 // A stride names an axis of its tensor, and never the last, which is contiguous.
                 let strided = match *param {
@@ -346,6 +445,33 @@ impl LaunchPlan {
                         tensor.shape.len()
                     ));
                 }
+            }
+        }
+        for table in self.tables {
+            let (input, dims): (u16, Vec<u16>) = match *table {
+                Table::Indptr { input, batch, bound } => (input, std::iter::once(batch).chain(bound).collect()),
+                Table::Pages { input, indptr, batch, pages } => {
+                    if usize::from(indptr) >= self.inputs.len() {
+                        return fail(format!(
+                            "a page table names input {indptr}, but the plan has {}",
+                            self.inputs.len()
+                        ));
+                    }
+                    (input, std::iter::once(batch).chain(pages.iter().copied()).collect())
+                }
+                Table::LastPage { input, indptr, batch, .. } => {
+                    if usize::from(indptr) >= self.inputs.len() {
+                        return fail(format!("a table names input {indptr}, but the plan has {}", self.inputs.len()));
+                    }
+                    (input, vec![batch])
+                }
+            };
+            match self.inputs.get(usize::from(input)) {
+                Some(spec) if spec.dtype == DType::I32 && spec.shape.len() == 1 => {}
+                _ => return fail(format!("table input {input} is not a one-axis i32 input")),
+            }
+            if let Some(d) = dims.iter().find(|d| !dim_ok(**d)) {
+                return fail(format!("a table refers to dim {d}, but the plan has {}", self.dims.len()));
             }
         }
         Ok(())
@@ -511,24 +637,65 @@ pub fn dynamic_from_shapes(plan: &LaunchPlan, shapes: &[&[usize]]) -> Result<Vec
                     show_shape(plan, spec)
                 ),
             };
-            match *declared {
-                Axis::One if extent != 1 => return Err(mismatch("1".into())),
-                Axis::One => {}
-                Axis::Dim(d) => {
-                    let dim = &plan.dims[usize::from(d)];
-                    let slot = &mut bound[usize::from(d)];
-                    if !dim.dynamic {
-                        if u64::try_from(extent).ok() != Some(dim.value) {
-                            return Err(mismatch(format!("{} (`{}`)", dim.value, dim.name)));
+            // A merge of dims: its one unknown dynamic member (if any) is what the extent leaves
+            // after the others; an indptr's dim is its length less one.
+            let (d, extent) = match *declared {
+                Axis::Merged(ds) => {
+                    let mut known = 1usize;
+                    let mut unknown = None;
+                    for &m in ds {
+                        let dim = &plan.dims[usize::from(m)];
+                        match (dim.dynamic, bound[usize::from(m)]) {
+                            (false, _) => known = known.saturating_mul(dim.value as usize),
+                            (true, Some((v, _))) => known = known.saturating_mul(v),
+                            (true, None) if unknown.is_none() => unknown = Some(m),
+                            (true, None) => return Err(mismatch(format!(
+                                "the product of several dims, of which more than one ({} and {}) no other input gives",
+                                plan.dims[usize::from(unknown.unwrap_or(m))].name,
+                                dim.name
+                            ))),
                         }
-                    } else if let Some((seen, from)) = *slot {
-                        if seen != extent {
-                            return Err(mismatch(format!("{seen}, the extent of `{}` in `{from}`", dim.name)));
-                        }
-                    } else {
-                        *slot = Some((extent, arg));
+                    }
+                    match unknown {
+                        Some(m) if known > 0 && extent % known == 0 => (m, extent / known),
+                        None if extent == known => continue,
+                        _ => return Err(mismatch(format!("a multiple of {known}, the product of its merged dims"))),
                     }
                 }
+                Axis::PlusOne(d) if extent >= 1 => (d, extent - 1),
+                Axis::PlusOne(_) => return Err(mismatch("at least 1 (an indptr over the requests)".into())),
+                Axis::One if extent != 1 => return Err(mismatch("1".into())),
+                Axis::One => continue,
+                Axis::Dim(d) => (d, extent),
+            };
+            let whole = shape[axis];
+            let mismatch = |want: String| Error::Argument {
+                arg,
+                message: if whole == extent {
+                    format!(
+                        "has shape {shape:?}, but the kernel declares {}: axis {axis} must be {want}",
+                        show_shape(plan, spec)
+                    )
+                } else {
+                    format!(
+                        "has shape {shape:?}, but the kernel declares {}: axis {axis} gives `{}` = {extent}, which must be {want}",
+                        show_shape(plan, spec),
+                        plan.dims[usize::from(d)].name
+                    )
+                },
+            };
+            let dim = &plan.dims[usize::from(d)];
+            let slot = &mut bound[usize::from(d)];
+            if !dim.dynamic {
+                if u64::try_from(extent).ok() != Some(dim.value) {
+                    return Err(mismatch(format!("{} (`{}`)", dim.value, dim.name)));
+                }
+            } else if let Some((seen, from)) = *slot {
+                if seen != extent {
+                    return Err(mismatch(format!("{seen}, the extent of `{}` in `{from}`", dim.name)));
+                }
+            } else {
+                *slot = Some((extent, arg));
             }
         }
     }
@@ -548,17 +715,111 @@ pub fn dynamic_from_shapes(plan: &LaunchPlan, shapes: &[&[usize]]) -> Result<Vec
         .collect()
 }
 
-/// A declared shape with its dim names: `[h, s, 1]`.
-fn show_shape(plan: &LaunchPlan, spec: &TensorSpec) -> String {
-    let names: Vec<&str> = spec
+/// A declared shape with its dim names: `[h, s, 1]`, `[total, (g r), d]`, `[n + 1]`.
+pub(crate) fn show_shape(plan: &LaunchPlan, spec: &TensorSpec) -> String {
+    let name = |d: &u16| plan.dims.get(usize::from(*d)).map_or("?", |dim| dim.name);
+    let names: Vec<String> = spec
         .shape
         .iter()
         .map(|a| match *a {
-            Axis::One => "1",
-            Axis::Dim(d) => plan.dims.get(usize::from(d)).map_or("?", |dim| dim.name),
+            Axis::One => "1".to_string(),
+            Axis::Dim(d) => name(&d).to_string(),
+            Axis::Merged(ds) => format!("({})", ds.iter().map(name).collect::<Vec<_>>().join(" ")),
+            Axis::PlusOne(d) => format!("{} + 1", name(&d)),
         })
         .collect();
     format!("[{}]", names.join(", "))
+}
+
+/// Checks the index tensors of a call whose inputs are in host memory: `table(i)` gives input
+/// `i`'s entries. Every rule of [`LaunchPlan::tables`] must hold; the error names the tensor,
+/// the entry and what it should have been.
+pub fn check_tables<'t>(
+    plan: &LaunchPlan,
+    extents: &[u64],
+    table: &dyn Fn(usize) -> Option<&'t [i32]>,
+) -> Result<(), Error> {
+    let ext = |d: u16| extents.get(usize::from(d)).copied().unwrap_or(0);
+    let get = |i: u16| -> Result<(&'static str, &[i32]), Error> {
+        let spec = plan.inputs.get(usize::from(i)).ok_or_else(|| Error::InvalidPlan {
+            kernel: plan.kernel,
+            reason: format!("a table names input {i}, which the plan does not have"),
+        })?;
+        let data = table(usize::from(i)).ok_or_else(|| Error::InvalidArguments {
+            kernel: plan.kernel,
+            message: format!("index tensor `{}` is not available to check", spec.name),
+        })?;
+        Ok((spec.name, data))
+    };
+    let bad = |arg: &'static str, message: String| Err(Error::Table { arg, message });
+    // The owned range of request `b` of an indptr, already checked.
+    let range = |p: &[i32], b: usize| (p[b] as usize, p[b + 1] as usize);
+    for t in plan.tables {
+        match *t {
+            Table::Indptr { input, batch, bound } => {
+                let (arg, p) = get(input)?;
+                let n = ext(batch) as usize;
+                if p.len() < n + 1 {
+                    return bad(arg, format!("has {} entries; an indptr over {n} requests has {}", p.len(), n + 1));
+                }
+                let limit = bound.map(ext);
+                for (b, w) in p[..=n].windows(2).enumerate() {
+                    if w[0] < 0 {
+                        return bad(arg, format!("entry {b} is {}; offsets are not negative", w[0]));
+                    }
+                    if w[1] < w[0] {
+                        return bad(
+                            arg,
+                            format!(
+                                "entry {} is {}, below entry {b} ({}): an indptr never decreases",
+                                b + 1,
+                                w[1],
+                                w[0]
+                            ),
+                        );
+                    }
+                }
+                if let Some(limit) = limit {
+                    if p[n] as u64 > limit {
+                        return bad(arg, format!("entry {n} is {}, past the {limit} entries it indexes", p[n]));
+                    }
+                }
+            }
+            Table::Pages { input, indptr, batch, pages } => {
+                let (arg, idx) = get(input)?;
+                let (_, p) = get(indptr)?;
+                let n = ext(batch) as usize;
+                let pool = pages.iter().map(|d| ext(*d)).min().unwrap_or(0);
+                for b in 0..n.min(p.len().saturating_sub(1)) {
+                    let (start, end) = range(p, b);
+                    for (k, &pg) in idx.get(start..end).unwrap_or(&[]).iter().enumerate() {
+                        if pg < 0 || pg as u64 >= pool {
+                            return bad(
+                                arg,
+                                format!(
+                                    "entry {} (page {k} of request {b}) is {pg}, outside the pool of {pool} pages",
+                                    start + k
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            Table::LastPage { input, indptr, batch, page_size } => {
+                let (arg, last) = get(input)?;
+                let (_, p) = get(indptr)?;
+                let n = ext(batch) as usize;
+                let requests = n.min(p.len().saturating_sub(1));
+                for (b, &l) in last.iter().enumerate().take(requests) {
+                    let (start, end) = range(p, b);
+                    if end > start && !(1..=page_size as i64).contains(&i64::from(l)) {
+                        return bad(arg, format!("entry {b} is {l}; a last page holds 1 to {page_size} entries"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rejects an extent of zero or above [`MAX_EXTENT`].
@@ -632,8 +893,29 @@ pub(crate) fn check_arg(
     len: usize,
 ) -> Result<&'static str, Error> {
     let name = check_dtype(plan, role, index, dtype)?;
+    if spec(plan, role, index)?.shape.is_empty() {
+        return Err(Error::Argument { arg: name, message: "is a scalar: pass it by value".into() });
+    }
     check_len(name, len, spec(plan, role, index)?.elements(plan, extents)?)?;
     Ok(name)
+}
+
+/// Checks the `index`-th input passed to a typed builder as a scalar: that the plan declares a
+/// scalar (`[]`) there. Returns the value as the kernel sees it: rounded to the declared dtype
+/// (kernels compute in f32, and an `f16[]` scalar holds an f16 value).
+pub(crate) fn check_scalar(plan: &LaunchPlan, index: usize, value: f32) -> Result<f32, Error> {
+    let spec = spec(plan, Role::Input, index)?;
+    if !spec.shape.is_empty() || spec.dtype == DType::I32 {
+        return Err(Error::Argument {
+            arg: spec.name,
+            message: format!("is a tensor ({}{}), not a scalar", spec.dtype, show_shape(plan, spec)),
+        });
+    }
+    Ok(match spec.dtype {
+        DType::F16 => half::f16::from_f32(value).to_f32(),
+        DType::BF16 => half::bf16::from_f32(value).to_f32(),
+        _ => value,
+    })
 }
 
 /// Checks that a builder received every declared input and output before launching.
@@ -697,6 +979,7 @@ mod tests {
         outputs: &[],
         workspaces: &[],
         launches: &[],
+        tables: &[],
     };
 
     #[test]
@@ -736,6 +1019,7 @@ mod tests {
             outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0)] }],
             workspaces: &[],
             launches: &[],
+            tables: &[],
         };
         let err = dynamic_from_shapes(&OUT_ONLY, &[]).unwrap_err().to_string();
         assert!(err.contains("dynamic dim `n` appears in no input"), "{err}");

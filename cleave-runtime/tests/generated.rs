@@ -56,6 +56,7 @@ mod rowsum {
                 params: &[Param::Workspace(0), Param::Output(0), Param::Extent(0)],
             },
         ],
+        tables: &[],
     };
 
     /// `None`: this stand-in was "built without nvcc".

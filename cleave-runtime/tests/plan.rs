@@ -27,6 +27,7 @@ static ATTN: LaunchPlan = LaunchPlan {
         smem_bytes: 65_536,
         params: &[Param::Input(0), Param::Input(1), Param::Output(0), Param::Extent(1), Param::Extent(2)],
     }],
+    tables: &[],
 };
 
 #[test]
@@ -54,6 +55,7 @@ fn tensors_above_2_pow_48_elements_are_rejected() {
         outputs: &[],
         workspaces: &[],
         launches: &[],
+        tables: &[],
     };
     assert!(extents(&BIG, &[1 << 18]).is_ok(), "exactly 2^48 is allowed");
     let err = extents(&BIG, &[(1 << 18) + 1]).unwrap_err();
@@ -135,6 +137,7 @@ fn workspace_size_overflow_is_an_error() {
             len: Product(&[Factor::Dim(0), Factor::Dim(0), Factor::Dim(0), Factor::Const(1 << 40)]),
         }],
         launches: &[],
+        tables: &[],
     };
     let ext = extents(&WS, &[(1 << 31) - 1]).unwrap();
     let layouts = Layouts::contiguous(&WS, &ext).unwrap();

@@ -11,7 +11,9 @@ use cleave_core::codegen::plan::plan_data;
 use cleave_core::graph::Bindings;
 use cleave_core::graph::{Op, UnaryOp};
 use cleave_core::plan::Kernel;
-use cleave_core::reference::{eval_nodes, max_rel_err, random_inputs, tolerance, InputScale};
+use cleave_core::reference::{
+    eval_buffers, eval_nodes, max_rel_err, random_buffers, random_inputs, tolerance, InputScale, Requests, Tensor,
+};
 
 use super::compile::compile_kernel;
 use super::{with_progress, Opts, UserError};
@@ -104,6 +106,21 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             "--dims: at these extents the kernel's tensors hold {elements} elements, more than `cleave run` emulates ({RUN_MAX_ELEMENTS}); choose smaller extents"
         )));
     }
+    // A kernel with layouts (packed or paged requests, merged axes) runs on buffers: random ones
+    // come with valid, shuffled index tables, whose sizes set the extents of the axes they
+    // index.
+    let buffers = g.dims.has_per_request()
+        || g.inputs.iter().map(|i| &i.decl).chain(g.outputs.iter().map(|o| &o.decl)).any(|t| t.layout.is_some());
+    for (name, _) in &scale.per_input {
+        if !g.inputs.iter().any(|i| &i.decl.name == name) {
+            return Err(UserError(format!("--scale: `{name}` is not an input of `{}`", g.name)));
+        }
+    }
+    let inputs = match given_inputs {
+        Some(t) => t,
+        None if buffers => random_buffers(g, &mut b, seed, &scale, &Requests::default()),
+        None => random_inputs(g, &b, seed, &scale),
+    };
     let launch = c.best();
     let mut lb = Bindings::of_table(launch.dims());
     lb.values[..b.values.len()].copy_from_slice(&b.values);
@@ -122,27 +139,26 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
     }
     .map_err(UserError)?;
-    for (name, _) in &scale.per_input {
-        if !g.inputs.iter().any(|i| &i.decl.name == name) {
-            return Err(UserError(format!("--scale: `{name}` is not an input of `{}`", g.name)));
-        }
-    }
-    let inputs = match given_inputs {
-        Some(t) => t,
-        None => random_inputs(g, &b, seed, &scale),
-    };
-    let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
-    let want: Vec<_> = g.outputs.iter().map(|o| values[o.node.index()].clone()).collect();
-    // How large the exponents got: the point of large-magnitude inputs is to reach them.
-    let mut exp_range: Option<(f64, f64)> = None;
-    for id in g.ids() {
-        if g.node(id).op == Op::Unary(UnaryOp::Exp) {
-            for x in &values[g.node(id).args[0].index()].data {
-                let (lo, hi) = exp_range.unwrap_or((*x, *x));
-                exp_range = Some((lo.min(*x), hi.max(*x)));
+    // The reference: over the buffers, request by request, for a kernel with layouts (a
+    // malformed index table is refused there, as `run_host` refuses it); over the dense
+    // tensors otherwise. `written` marks the output elements some request owns.
+    let (want, written, exp_range): Reference = if buffers {
+        let e = eval_buffers(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
+        (e.outputs, Some(e.written), Some((-e.max_exp_arg, e.max_exp_arg)))
+    } else {
+        let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
+        // How large the exponents got: the point of large-magnitude inputs is to reach them.
+        let mut exp_range: Option<(f64, f64)> = None;
+        for id in g.ids() {
+            if g.node(id).op == Op::Unary(UnaryOp::Exp) {
+                for x in &values[g.node(id).args[0].index()].data {
+                    let (lo, hi) = exp_range.unwrap_or((*x, *x));
+                    exp_range = Some((lo.min(*x), hi.max(*x)));
+                }
             }
         }
-    }
+        (g.outputs.iter().map(|o| values[o.node.index()].clone()).collect(), None, exp_range)
+    };
     let got =
         lib.run_with(launch, &lb, &inputs, seed, &options).map_err(|e| UserError(format!("emulation failed: {e}")))?;
     let dims: Vec<String> =
@@ -168,7 +184,24 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         println!("exp arguments range over [{lo:.1}, {hi:.1}]");
     }
     let mut worst: f64 = 0.0;
-    for ((o, gt), wt) in g.outputs.iter().zip(&got).zip(&want) {
+    for (k, ((o, gt), wt)) in g.outputs.iter().zip(&got).zip(&want).enumerate() {
+        // Over buffers: only the elements some request owns are compared, and the others must
+        // be as the emulator left them (NaN): a kernel writes nothing outside its requests.
+        let (gt, wt) = match written.as_ref().map(|w| &w[k]) {
+            Some(w) => {
+                if let Some(at) = w.iter().zip(&gt.data).position(|(ok, x)| !ok && !x.is_nan()) {
+                    return Err(UserError(format!(
+                        "output {}: element {at} of its buffer, which no request owns, was written",
+                        o.decl.name
+                    )));
+                }
+                let pick =
+                    |t: &Tensor| t.data.iter().zip(w).filter(|(_, ok)| **ok).map(|(x, _)| *x).collect::<Vec<f64>>();
+                (pick(gt), pick(wt))
+            }
+            None => (gt.data.clone(), wt.data.clone()),
+        };
+        let (gt, wt) = (&Tensor { shape: vec![gt.len()], data: gt }, &Tensor { shape: vec![wt.len()], data: wt });
         let e = max_rel_err(&gt.data, &wt.data);
         let max_ref = wt.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
         println!("output {} ({}): max_rel_err={e:.3e} max|ref|={max_ref:.3e}", o.decl.name, o.decl.dtype);
@@ -206,6 +239,10 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     }
     Ok(())
 }
+
+/// The reference outputs, which of their elements some request owns (over buffers), and the
+/// range of the exps' arguments.
+type Reference = (Vec<Tensor>, Option<Vec<Vec<bool>>>, Option<(f64, f64)>);
 
 /// `--scale` is a standard deviation for every input (`8`), per input (`q=11,k=11`), or both
 /// (`8,v=1`: the named inputs get theirs, the others the first).

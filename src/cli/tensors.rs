@@ -2,7 +2,7 @@
 //! safetensors file, by their declared names, and binds the dynamic dims from their shapes;
 //! `--outputs FILE` writes the emulated outputs the same way.
 
-use cleave_core::graph::{Bindings, DType, Dim, ValidGraph};
+use cleave_core::graph::{Bindings, DType, Dim, DimVar, StoreAxis, ValidGraph};
 use cleave_core::reference::Tensor;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
@@ -14,6 +14,7 @@ fn file_dtype(d: DType) -> Dtype {
         DType::F16 => Dtype::F16,
         DType::BF16 => Dtype::BF16,
         DType::F32 => Dtype::F32,
+        DType::I32 => Dtype::I32,
     }
 }
 
@@ -50,40 +51,66 @@ pub(crate) fn read_inputs(
             return Err(fail(format!("`{}` is {:?}, but the kernel declares {}", d.name, t.dtype(), d.dtype.name())));
         }
         let shape = t.shape();
-        let declared = g.dims.show(&d.shape);
-        if shape.len() != d.shape.len() {
+        // The buffer's axes: the storage of a tensor with a layout, its shape otherwise.
+        let axes: Vec<StoreAxis> = match &d.layout {
+            Some(l) => l.axes.clone(),
+            None => d.shape.iter().map(|a| a.var().map_or(StoreAxis::One, |v| StoreAxis::Dims(vec![v]))).collect(),
+        };
+        let declared = match &d.layout {
+            Some(l) => l.show(&g.dims),
+            None => g.dims.show(&d.shape),
+        };
+        if shape.len() != axes.len() {
             return Err(fail(format!(
                 "`{}` has shape {shape:?} with {} axes, but the kernel declares {declared}",
                 d.name,
                 shape.len()
             )));
         }
-        for (axis, (dim, &extent)) in d.shape.iter().zip(shape).enumerate() {
+        for (axis, (store, &extent)) in axes.iter().zip(shape).enumerate() {
             let mismatch = |want: String| {
                 fail(format!(
                     "`{}` has shape {shape:?}, but the kernel declares {declared}: axis {axis} must be {want}",
                     d.name
                 ))
             };
-            match *dim {
-                Dim::One if extent != 1 => return Err(mismatch("1".into())),
-                Dim::One => {}
-                Dim::Var(v) => {
-                    let info = g.dims.get(v);
-                    let have = b.values[v.index()];
-                    if !info.dynamic || bound[v.index()].is_some() {
-                        if extent as u64 != have {
-                            let from =
-                                bound[v.index()].as_deref().map_or("declared".to_string(), |f| format!("from `{f}`"));
-                            return Err(mismatch(format!("{have} (`{}`, {from})", info.name)));
-                        }
-                    } else if extent == 0 || extent >= 1 << 31 {
-                        return Err(mismatch(format!("an extent in 1..2^31 for `{}`", info.name)));
-                    } else {
-                        b.values[v.index()] = extent as u64;
-                        bound[v.index()] = Some(d.name.clone());
+            // The dim this axis binds, and its extent: a merge of dims binds its one dynamic
+            // member no other axis has bound, an indptr's dim is its length less one.
+            let (v, extent) = match store {
+                StoreAxis::One | StoreAxis::Slot { size: Dim::One, .. } if extent != 1 => {
+                    return Err(mismatch("1".into()))
+                }
+                StoreAxis::One | StoreAxis::Slot { size: Dim::One, .. } => continue,
+                StoreAxis::Dims(ds) if ds.len() > 1 => {
+                    let open: Vec<DimVar> =
+                        ds.iter().copied().filter(|v| g.dims.get(*v).dynamic && bound[v.index()].is_none()).collect();
+                    let known: u64 =
+                        ds.iter().filter(|v| !open.contains(v)).map(|v| b.values[v.index()]).product::<u64>().max(1);
+                    match open.as_slice() {
+                        [] if extent as u64 == known => continue,
+                        [v] if extent as u64 % known == 0 => (*v, extent / known as usize),
+                        _ => return Err(mismatch(format!("a multiple of {known}, the product of its merged dims"))),
                     }
                 }
+                StoreAxis::Dims(ds) => (ds[0], extent),
+                StoreAxis::Packed { total: v, .. }
+                | StoreAxis::Pages { pages: v, .. }
+                | StoreAxis::Slot { size: Dim::Var(v), .. } => (*v, extent),
+                StoreAxis::PlusOne(v) if extent >= 1 => (*v, extent - 1),
+                StoreAxis::PlusOne(_) => return Err(mismatch("at least 1".into())),
+            };
+            let info = g.dims.get(v);
+            let have = b.values[v.index()];
+            if !info.dynamic || bound[v.index()].is_some() {
+                if extent as u64 != have {
+                    let from = bound[v.index()].as_deref().map_or("declared".to_string(), |f| format!("from `{f}`"));
+                    return Err(mismatch(format!("{have} (`{}`, {from})", info.name)));
+                }
+            } else if extent == 0 || extent >= 1 << 31 {
+                return Err(mismatch(format!("an extent in 1..2^31 for `{}`", info.name)));
+            } else {
+                b.values[v.index()] = extent as u64;
+                bound[v.index()] = Some(d.name.clone());
             }
         }
         let data = decode(d.dtype, t.data());
@@ -119,6 +146,7 @@ fn decode(dtype: DType, b: &[u8]) -> Vec<f64> {
         DType::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
         DType::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
         DType::F32 => b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        DType::I32 => b.chunks_exact(4).map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
     }
 }
 
@@ -129,5 +157,6 @@ fn encode(dtype: DType, data: &[f64]) -> Vec<u8> {
         DType::F16 => data.iter().flat_map(|x| half::f16::from_f64(*x).to_le_bytes()).collect(),
         DType::BF16 => data.iter().flat_map(|x| half::bf16::from_f64(*x).to_le_bytes()).collect(),
         DType::F32 => data.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect(),
+        DType::I32 => data.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
     }
 }

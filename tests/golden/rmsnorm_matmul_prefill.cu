@@ -76,13 +76,63 @@ __device__ __forceinline__ int cleave_room(long long v) {
 }
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
-// registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
+// registers; the fast reciprocal form (2 ulp) keeps kernels spill-free. 0 / 0 is 0, the
+// language's rule: a softmax or an attention over a row with nothing unmasked (an empty
+// request) is 0, not NaN.
 __device__ __forceinline__ float cleave_div(float a, float b) {
+  if (a == 0.0f && b == 0.0f) return 0.0f;
 #if defined(__CUDA_ARCH__)
   return __fdividef(a, b);
 #else
   return a / b;
 #endif
+}
+// Requests of a per-request dim: request b owns entries [start, start + len) of a packed axis
+// or a page table, from its indptr. Both are clamped into [0, bound] (the packed axis' extent,
+// the page table's length), so a malformed table can never move an access outside a buffer:
+// a start past the bound is the bound, an end before its start is an empty request.
+__device__ __forceinline__ long long cleave_req_start(const int* indptr, long long b, long long bound) {
+  const long long s = (long long)cleave::ld_global(indptr, b);
+  return s < 0 ? 0 : (s > bound ? bound : s);
+}
+__device__ __forceinline__ long long cleave_req_len(const int* indptr, long long b, long long bound) {
+  const long long s = cleave_req_start(indptr, b, bound);
+  const long long e = (long long)cleave::ld_global(indptr, b + 1);
+  return (e < s ? s : (e > bound ? bound : e)) - s;
+}
+// A paged request's extent: its pages times the page size, the last page holding `last`
+// entries (clamped into [0, page_size]).
+__device__ __forceinline__ long long cleave_paged_len(long long pages, long long page_size, long long last) {
+  if (pages == 0) return 0;
+  last = last < 0 ? 0 : (last > page_size ? page_size : last);
+  return (pages - 1) * page_size + last;
+}
+// The work list of a grid axis over a ragged dim: request b's tiles take the slots
+// [start(b) / tile + b, start(b) / tile + b + ceil(len(b) / tile)), which never overlap the next
+// request's, so `bound / tile + batch` slots cover every request (a few stay idle). A block
+// finds its request by binary search over the indptr: no host pass and no second kernel.
+__device__ __forceinline__ long long cleave_work_request(
+    const int* indptr, long long batch, long long w, long long tile, long long bound) {
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (cleave_req_start(indptr, mid, bound) / tile + mid <= w) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+// The element offset of entry `l` of a paged request whose page numbers start at
+// `indices[first]`: its page's offset plus its slot's, or -1 when the page number lies outside
+// the pool (the row then reads as zeros and is never written).
+template <long long PS>
+__device__ __forceinline__ long long cleave_page_off(
+    const int* indices, long long first, long long l, long long pages, long long stride_page, long long stride_slot) {
+  const long long pg = (long long)cleave::ld_global(indices, first + l / PS);
+  if (pg < 0 || pg >= pages) return -1;
+  return pg * stride_page + (l % PS) * stride_slot;
 }
 __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
 __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }

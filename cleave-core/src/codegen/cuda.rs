@@ -16,11 +16,11 @@
 use std::fmt::Write;
 
 use super::ident;
-use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, DType, DimTable, DimVar, Mask, PerRequestKind, ReduceOp, StoreAxis, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{
-    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src,
-    Stmt, StrideParam, TileKernel,
+    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MmaA, MmaB, Param, ParamId,
+    ShowKernel, Src, Stmt, StrideParam, TileKernel,
 };
 use crate::plan::{Kernel, Launch};
 
@@ -125,13 +125,63 @@ __device__ __forceinline__ int cleave_room(long long v) {
 }
 __device__ __forceinline__ float cleave_add(float a, float b) { return a + b; }
 // IEEE division calls an out-of-line slow path on the device whose calling convention spills
-// registers; the fast reciprocal form (2 ulp) keeps kernels spill-free.
+// registers; the fast reciprocal form (2 ulp) keeps kernels spill-free. 0 / 0 is 0, the
+// language's rule: a softmax or an attention over a row with nothing unmasked (an empty
+// request) is 0, not NaN.
 __device__ __forceinline__ float cleave_div(float a, float b) {
+  if (a == 0.0f && b == 0.0f) return 0.0f;
 #if defined(__CUDA_ARCH__)
   return __fdividef(a, b);
 #else
   return a / b;
 #endif
+}
+// Requests of a per-request dim: request b owns entries [start, start + len) of a packed axis
+// or a page table, from its indptr. Both are clamped into [0, bound] (the packed axis' extent,
+// the page table's length), so a malformed table can never move an access outside a buffer:
+// a start past the bound is the bound, an end before its start is an empty request.
+__device__ __forceinline__ long long cleave_req_start(const int* indptr, long long b, long long bound) {
+  const long long s = (long long)cleave::ld_global(indptr, b);
+  return s < 0 ? 0 : (s > bound ? bound : s);
+}
+__device__ __forceinline__ long long cleave_req_len(const int* indptr, long long b, long long bound) {
+  const long long s = cleave_req_start(indptr, b, bound);
+  const long long e = (long long)cleave::ld_global(indptr, b + 1);
+  return (e < s ? s : (e > bound ? bound : e)) - s;
+}
+// A paged request's extent: its pages times the page size, the last page holding `last`
+// entries (clamped into [0, page_size]).
+__device__ __forceinline__ long long cleave_paged_len(long long pages, long long page_size, long long last) {
+  if (pages == 0) return 0;
+  last = last < 0 ? 0 : (last > page_size ? page_size : last);
+  return (pages - 1) * page_size + last;
+}
+// The work list of a grid axis over a ragged dim: request b's tiles take the slots
+// [start(b) / tile + b, start(b) / tile + b + ceil(len(b) / tile)), which never overlap the next
+// request's, so `bound / tile + batch` slots cover every request (a few stay idle). A block
+// finds its request by binary search over the indptr: no host pass and no second kernel.
+__device__ __forceinline__ long long cleave_work_request(
+    const int* indptr, long long batch, long long w, long long tile, long long bound) {
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (cleave_req_start(indptr, mid, bound) / tile + mid <= w) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+// The element offset of entry `l` of a paged request whose page numbers start at
+// `indices[first]`: its page's offset plus its slot's, or -1 when the page number lies outside
+// the pool (the row then reads as zeros and is never written).
+template <long long PS>
+__device__ __forceinline__ long long cleave_page_off(
+    const int* indices, long long first, long long l, long long pages, long long stride_page, long long stride_slot) {
+  const long long pg = (long long)cleave::ld_global(indices, first + l / PS);
+  if (pg < 0 || pg >= pages) return -1;
+  return pg * stride_page + (l % PS) * stride_slot;
 }
 __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
 __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
@@ -145,6 +195,7 @@ pub(super) fn ctype(d: DType) -> &'static str {
         DType::F16 => "cleave::half",
         DType::BF16 => "cleave::bf16",
         DType::F32 => "float",
+        DType::I32 => "int",
     }
 }
 
@@ -234,6 +285,8 @@ struct Gen<'a> {
     deferred: Vec<BufId>,
     /// A tile whose element at the current `(row, col)` is already in a register, by name.
     tile_value: Option<(BufId, String)>,
+    /// Masks the enclosing loop proved to keep every element of its tiles.
+    full_masks: Vec<MaskAt>,
 }
 
 /// Per-buffer swizzle facts.
@@ -343,6 +396,7 @@ impl Gen<'_> {
                     out.extend(limits.iter().map(|l| (l.clone(), ext)));
                     walk(a, ext, out);
                 }
+                Expr::Mask(a, _) => walk(a, ext, out),
                 Expr::MaskSlice(a, limits, _) => {
                     out.extend(limits.iter().map(|l| (l.clone(), 1)));
                     walk(a, ext, out);
@@ -449,6 +503,7 @@ impl Gen<'_> {
         match e {
             Expr::Src(Src::Const(c)) => flit(*c),
             Expr::Src(Src::Extent(d)) => format!("(float){}", self.dim(*d)),
+            Expr::Src(Src::Scalar(p)) => format!("p{}", p.0),
             Expr::Src(Src::Reg(b)) => match self.k.buf(*b).kind {
                 BufKind::Rows => format!("{}[mi][h]", self.buf_name(*b)),
                 _ => format!("{}[mi][ni][2 * h + e]", self.buf_name(*b)),
@@ -524,6 +579,32 @@ impl Gen<'_> {
             Expr::MaskSlice(a, limits, fill) => {
                 format!("(({}) ? {} : {})", self.limits_ok(limits, "0", Some(1)), self.expr(a), flit(*fill))
             }
+            // On a tile the enclosing loop proved wholly kept, the mask is the identity.
+            Expr::Mask(a, at) if self.full_masks.iter().any(|m| m == at.as_ref()) => self.expr(a),
+            Expr::Mask(a, at) => format!("(({}) ? {} : -INFINITY)", self.keeps(at), self.expr(a)),
+        }
+    }
+
+    /// The global row of the current element along a masked tensor's row axis.
+    fn mask_row(&self, at: &MaskAt) -> String {
+        if at.row.ext == 1 {
+            self.affine(&at.row.base)
+        } else {
+            format!("({} + (long long)((row / {}) % {}))", self.affine(&at.row.base), at.row.div, at.row.ext)
+        }
+    }
+
+    /// Whether the mask keeps the current element `(row, col)`.
+    fn keeps(&self, at: &MaskAt) -> String {
+        let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
+        match at.mask {
+            Mask::Causal => format!(
+                "({} + (long long)col <= {} + {} - {})",
+                self.affine(&at.col.base),
+                self.mask_row(at),
+                ext(at.col.extent),
+                ext(at.row.extent)
+            ),
         }
     }
 
@@ -763,7 +844,9 @@ impl Gen<'_> {
         fn leaves(e: &Expr, out: &mut Vec<Src>) {
             match e {
                 Expr::Src(s) => out.push(s.clone()),
-                Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => leaves(a, out),
+                Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => {
+                    leaves(a, out)
+                }
                 Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
                     leaves(a, out);
                     leaves(b, out);
@@ -1108,6 +1191,7 @@ impl Gen<'_> {
             base.push(self.affine(&last.offset));
             local_idx.push(format!("(long long){col_var}"));
         }
+        base.extend(self.request_terms(p));
         let join = |v: Vec<String>| if v.is_empty() { "0LL".to_string() } else { format!("({})", v.join(" + ")) };
         (join(base), join(local_idx), ok.join(" && "), col_ok)
     }
@@ -1115,6 +1199,9 @@ impl Gen<'_> {
     /// The element stride between a tile's consecutive rows, when its local index is linear
     /// in the row (at most one row axis spans more than one index).
     fn row_stride(&self, p: &Param, tm: &TMap) -> Option<String> {
+        if p.layout.as_ref().is_some_and(|l| l.is_paged()) {
+            return None;
+        }
         let n = tm.axes.len();
         let wide: Vec<usize> = (0..n.saturating_sub(1)).filter(|&a| tm.axes[a].extent > 1).collect();
         match wide.as_slice() {
@@ -1132,22 +1219,42 @@ impl Gen<'_> {
     /// [`crate::plan::stride_params`]), zero for its unit axes (always index 0); and the
     /// extents of the axes after it for a workspace, dense and row-major.
     fn stride_parts(&self, p: &Param, a: usize) -> Vec<String> {
-        if a + 1 >= p.shape.len() {
-            return Vec::new();
+        stride_factors(p, a, self.dims)
+    }
+
+    /// The stride factors of storage axis `k` of a tensor with a layout: none for the last,
+    /// contiguous axis, else its runtime stride.
+    fn storage_stride(&self, p: &Param, k: usize) -> Vec<String> {
+        if k + 1 >= p.storage_rank() {
+            Vec::new()
+        } else {
+            vec![StrideParam { binding: p.binding, axis: k as u32 }.name()]
         }
-        if is_view(p.binding) {
-            return match p.shape[a] {
-                Some(_) => vec![StrideParam { binding: p.binding, axis: a as u32 }.name()],
-                None => vec!["0LL".to_string()],
-            };
+    }
+
+    /// What a packed tensor's requests add to every address: the first packed row of the
+    /// block's request times the packed axis' stride (in place of the batch axis' index).
+    fn request_terms(&self, p: &Param) -> Vec<String> {
+        let Some(layout) = &p.layout else { return Vec::new() };
+        let mut out = Vec::new();
+        for (k, a) in layout.axes.iter().enumerate() {
+            if let StoreAxis::Packed { ragged, .. } = a {
+                let stride = self.storage_stride(p, k);
+                let start = format!("rs_{}", ident(&self.dims.get(*ragged).name));
+                out.push(if stride.is_empty() { start } else { format!("{start} * {}", stride.join(" * ")) });
+            }
         }
-        p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| self.dim(v))).collect()
+        out
     }
 
     /// Issues the loads of one tile. `at` substitutes an iterator value (prefetching the next
     /// iteration) and `stage` picks the buffer copy.
     fn load(&mut self, dst: BufId, param: ParamId, tm: &TMap, stage: Option<&str>) {
         let p = self.k.params[param.0 as usize].clone();
+        if p.layout.as_ref().is_some_and(|l| l.is_paged()) {
+            self.load_paged(dst, &p, param, tm, stage);
+            return;
+        }
         let buf = self.k.buf(dst).clone();
         let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
         let g = geom(&buf);
@@ -1320,6 +1427,102 @@ impl Gen<'_> {
         self.close();
     }
 
+    /// Issues the loads of one tile of a paged tensor: every row finds its page in the page
+    /// table. A row past its request, or whose page number lies outside the pool, reads zeros.
+    fn load_paged(&mut self, dst: BufId, p: &Param, param: ParamId, tm: &TMap, stage: Option<&str>) {
+        let buf = self.k.buf(dst).clone();
+        let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
+        let g = geom(&buf);
+        let threads = u64::from(self.k.warps.threads());
+        let base = match stage {
+            Some(s) => format!("(smem + {} + ({s}) * {})", buf.smem_offset, g.stage_bytes),
+            None => format!("(smem + {})", buf.smem_offset),
+        };
+        let layout = p.layout.clone().expect("a paged tensor has a layout");
+        let (k, paged, pages) = layout
+            .axes
+            .iter()
+            .enumerate()
+            .find_map(|(k, a)| match a {
+                StoreAxis::Pages { pages, paged } => Some((k, *paged, *pages)),
+                _ => None,
+            })
+            .expect("a paged layout has a pages axis");
+        let Some(PerRequestKind::Paged { indices, page_size, .. }) =
+            self.dims.get(paged).per_request.as_ref().map(|r| r.kind.clone())
+        else {
+            unreachable!("a pages axis is of a paged dim")
+        };
+        let table = self
+            .k
+            .params
+            .iter()
+            .position(|q| q.binding == crate::plan::program::Binding::Input(indices.input))
+            .expect("the planner passes the page table of every paged tensor");
+        let name = ident(&self.dims.get(paged).name);
+        let stride_page = self.storage_stride(p, k).join(" * ");
+        let stride_slot = match layout.axes.get(k + 1) {
+            Some(StoreAxis::Slot { size: crate::graph::Dim::Var(_), .. }) => self.storage_stride(p, k + 1).join(" * "),
+            _ => "0LL".to_string(),
+        };
+        let stride_page = if stride_page.is_empty() { "1LL".to_string() } else { stride_page };
+        // The paged axis among the tile's rows: its local index and the divisor that finds it.
+        let n = tm.axes.len();
+        let a_l = p.shape.iter().position(|d| *d == Some(paged)).expect("the tensor has its paged dim");
+        let div: u64 = (a_l + 1..n.saturating_sub(1)).map(|a| tm.axes[a].extent).product();
+        let ext_l = tm.axes[a_l].extent;
+        self.line(&format!("// {} = Load({}) through its page table", buf.name, p.name));
+        self.line("{");
+        self.depth += 1;
+        let epc = 16 / dtype.size();
+        let last_static =
+            p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
+        let vector = cols % epc == 0 && last_static.is_some_and(|e| e % epc == 0) && n == p.shape.len();
+        let (tile_base, local, row_ok, col_ok) = self.address_parts(p, tm, "r", "c");
+        let l_offset = self.affine(&tm.axes[a_l].offset);
+        let pool = self.dim(pages);
+        let lookup = |r: &str, ok: &str| {
+            let local = if ext_l == 1 { "0LL".to_string() } else { format!("(long long)(({r} / {div}) % {ext_l})") };
+            format!(
+                "const long long pg_ = ({ok}) ? cleave_page_off<{page_size}LL>(p{table}, rs_{name}, {l_offset} + {local}, {pool}, {stride_page}, {stride_slot}) : -1LL;"
+            )
+        };
+        self.line(&format!("const long long tb = {tile_base};"));
+        let src = format!("p{}", param.0);
+        if vector {
+            let cpr = cols / epc;
+            let last = tm.axes.last().expect("a tile has axes");
+            let mut valid = format!("{epc}LL");
+            for l in last.limits.iter().filter(|l| !self.proven(l, last.extent)) {
+                valid = format!("cleave_min_ll({valid}, {} - ({} + c))", self.dim(l.bound), self.affine(&l.base));
+            }
+            self.strided("ci", rows * cpr, threads);
+            self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
+            self.line(&lookup("r", &row_ok));
+            self.line(&format!("const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, {valid}) : 0LL;"));
+            self.line(&format!(
+                "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), nv > 0 ? {src} + (tb + pg_ + {local}) : {src}, (int)(nv * {}));",
+                g.row_bytes, g.size, g.mode, g.size
+            ));
+            self.close();
+        } else {
+            self.strided("ei", rows * cols, threads);
+            self.line(&format!("const int r = ei / {cols}, c = ei % {cols};"));
+            self.line(&lookup("r", &row_ok));
+            self.line(&format!("const bool ok = pg_ >= 0 && {col_ok};"));
+            self.line(&format!(
+                "cleave::st_shared<{}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, tb + pg_ + {local}) : cleave::from_float<{}>(0.0f));",
+                ctype(dtype),
+                g.row_bytes,
+                g.size,
+                g.mode,
+                ctype(dtype)
+            ));
+            self.close();
+        }
+        self.close();
+    }
+
     fn store(&mut self, param: ParamId, expr: &Expr, cols: u64, tm: &TMap) {
         let p = self.k.params[param.0 as usize].clone();
         self.line(&format!("// Store({})", p.name));
@@ -1408,6 +1611,16 @@ impl Gen<'_> {
         self.depth += 1;
         // Launchers refuse extents of 2^31 or more, so a trip count fits in an int, and the
         // loop counts in 32 bits (addresses still widen: every affine term is a long long).
+        // Tiles a causal mask drops entirely (above the diagonal of the block's last row) are
+        // never loaded: the loop ends before them.
+        let causal = self.causal_masks(body, iter);
+        let mut trips = trips;
+        for (at, c1, c0) in &causal {
+            let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
+            let last_row = format!("{} + {}LL", self.affine(&at.row.base), at.row.ext - 1);
+            let lim = format!("{last_row} + {} - {} - {}", ext(at.col.extent), ext(at.row.extent), self.affine(c0));
+            trips = format!("cleave_min_ll({trips}, cleave_max_ll(0LL, ({lim}) < 0 ? -1LL : ({lim}) / {c1}LL + 1LL))");
+        }
         self.line(&format!("const int n_{it} = (int){trips};"));
         // Sums the loop only accumulates: every thread keeps a partial of its own columns
         // (the first lane of the first column warp starts from the value so far, the others
@@ -1461,6 +1674,22 @@ impl Gen<'_> {
         let known = |l: &Limit, e: u64| self.full.iter().any(|(f, fe)| f == l && *fe >= e);
         masks.retain(|(l, e)| !known(l, *e));
         invariant.retain(|(l, e)| !known(l, *e) && !masks.iter().any(|(m, _)| m == l));
+        // A causal mask keeps a whole tile when its last column is at most the block's first
+        // row's diagonal: those iterations run without it.
+        let causal_whole: Vec<String> = causal
+            .iter()
+            .map(|(at, _, _)| {
+                let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
+                format!(
+                    "{} + {}LL <= {} + {} - {}",
+                    self.affine(&at.col.base),
+                    at.col.ext - 1,
+                    self.affine(&at.row.base),
+                    ext(at.col.extent),
+                    ext(at.row.extent)
+                )
+            })
+            .collect();
         let staged: Vec<BufId> = loads.iter().map(|(d, _, _)| *d).collect();
         let tables = self.off_tables(&rest, &staged);
         self.line(&format!("int {it} = 0;"));
@@ -1468,10 +1697,12 @@ impl Gen<'_> {
         // tiles are whole. Its prefetch needs no guard (a next tile exists) and, with the next
         // tile whole too, no masks. The loop after it runs what is left (the last iteration
         // and any ragged tile) with both.
-        let cond: Vec<String> = masks
+        let mut cond: Vec<String> = masks
             .iter()
             .map(|(l, e)| format!("{e} <= cleave_room({} - {})", self.dim(l.bound), self.affine(&l.base)))
             .collect();
+        cond.extend(causal_whole.iter().cloned());
+        let has_masks = !cond.is_empty();
         let cond = cond.join(" && ");
         if !loads.is_empty() {
             let mut test = format!("{it} + 1 < n_{it}");
@@ -1483,24 +1714,27 @@ impl Gen<'_> {
                 self.line(&format!("const bool block_whole_ = {};", whole.join(" && ")));
                 test = format!("{test} && block_whole_");
             }
-            if !masks.is_empty() {
+            if has_masks {
                 self.line(&format!("const auto whole_ = [&](int {it}) {{ return {cond}; }};"));
                 test = format!("{test} && whole_({it}) && whole_({it} + 1)");
             }
             self.line(&format!("for (; {test}; ++{it}) {{"));
-        } else if !masks.is_empty() {
+        } else if has_masks {
             self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
             self.line(&format!("  if (!({cond})) break;  // a ragged tile: the masked loop below"));
         }
-        if !loads.is_empty() || !masks.is_empty() {
+        if !loads.is_empty() || has_masks {
             self.depth += 1;
             let saved = self.full.len();
+            let saved_masks = self.full_masks.len();
             self.full.extend(masks.iter().cloned());
+            self.full_masks.extend(causal.iter().map(|(at, _, _)| at.clone()));
             if !loads.is_empty() {
                 self.full.extend(invariant.iter().cloned());
             }
             self.loop_iteration(iter, &loads, &rest, false);
             self.full.truncate(saved);
+            self.full_masks.truncate(saved_masks);
             self.close();
         }
         self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
@@ -1520,6 +1754,47 @@ impl Gen<'_> {
             }
         }
         self.close();
+    }
+
+    /// The causal masks of a loop body (its own statements) whose columns move with the loop:
+    /// each with its column base split into `c1 · iter + c0`.
+    fn causal_masks(&self, body: &[Stmt], iter: IterId) -> Vec<(MaskAt, u64, Affine)> {
+        fn walk(e: &Expr, out: &mut Vec<MaskAt>) {
+            match e {
+                Expr::Src(_) => {}
+                Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => walk(a, out),
+                Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
+                    walk(a, out);
+                    walk(b, out);
+                }
+                Expr::Mask(a, at) => {
+                    if !out.contains(at) {
+                        out.push(at.as_ref().clone());
+                    }
+                    walk(a, out);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Assign { expr, .. } | Stmt::RowReduce { expr, .. } | Stmt::Store { expr, .. } => {
+                    walk(expr, &mut found)
+                }
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } => {}
+            }
+        }
+        found
+            .into_iter()
+            .filter(|at| at.mask == Mask::Causal)
+            .filter_map(|at| {
+                let t = at.col.base.terms.iter().find(|t| t.iter == iter && t.scale.is_none())?;
+                let c1 = t.coeff;
+                let mut c0 = at.col.base.clone();
+                c0.terms.retain(|u| !(u.iter == iter && u.scale.is_none()));
+                Some((at, c1, c0))
+            })
+            .collect()
     }
 
     /// One iteration of a pipelined loop: the prefetch of the next iteration's tiles (if there
@@ -1572,6 +1847,7 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         deferred: Vec::new(),
         tile_value: None,
         col_ext: 1,
+        full_masks: Vec::new(),
     };
     let threads = k.warps.threads();
     let mut params: Vec<String> = k
@@ -1579,7 +1855,9 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            if p.output {
+            if p.is_scalar() {
+                format!("const float p{i}")
+            } else if p.output {
                 format!("{}* __restrict__ p{i}", ctype(p.dtype))
             } else {
                 format!("const {}* __restrict__ p{i}", ctype(p.dtype))
@@ -1618,14 +1896,47 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     }
     g.line("const int g = lane >> 2, t = lane & 3;");
     g.line("(void)wm; (void)wn; (void)g; (void)t;");
-    // Block indices, the last grid axis fastest.
+    // Block indices, the last grid axis fastest. A grid axis over a ragged dim is a work list
+    // of (request, tile) slots: it gives its batch axis' index too.
     g.line("long long bid = blockIdx.x;");
+    let ragged = ragged_grid_axis(k, dims);
     for a in k.grid.iter().rev() {
-        let n = format!("cleave_ceil_div({}, {}LL)", g.dim(a.dim), a.tile);
         let name = g.iter(a.iter);
-        g.line(&format!("const long long {name} = bid % {n}; bid /= {n};"));
+        match &ragged {
+            Some(r) if r.axis == a.iter => {
+                let n = format!("({} / {}LL + {})", r.bound, a.tile, g.dim(r.batch));
+                g.line(&format!("const long long w_ = bid % {n}; bid /= {n};"));
+                let b = g.iter(r.batch_iter);
+                g.line(&format!(
+                    "const long long {b} = cleave_work_request(p{}, {}, w_, {}LL, {});",
+                    r.indptr,
+                    g.dim(r.batch),
+                    a.tile,
+                    r.bound
+                ));
+                g.line(&format!(
+                    "const long long {name} = w_ - (cleave_req_start(p{}, {b}, {}) / {}LL + {b});",
+                    r.indptr, r.bound, a.tile
+                ));
+            }
+            Some(r) if r.batch_iter == a.iter => {}
+            _ => {
+                let n = format!("cleave_ceil_div({}, {}LL)", g.dim(a.dim), a.tile);
+                g.line(&format!("const long long {name} = bid % {n}; bid /= {n};"));
+            }
+        }
     }
     g.line("(void)bid;");
+    g.requests();
+    if let Some(r) = &ragged {
+        let a = k.grid.iter().find(|a| a.iter == r.axis).expect("the ragged axis is a grid axis");
+        g.line(&format!(
+            "if ({} * {}LL >= {}) return;  // an idle slot of the work list",
+            g.iter(a.iter),
+            a.tile,
+            g.dim(a.dim)
+        ));
+    }
     if k.warps.n > 1 {
         g.line(&format!("float cross[{}][2];", k.warps.m_tiles));
     }
@@ -1635,6 +1946,129 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
 
     g.out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len() + strides.len(), |p| ctype(p.dtype)));
     g.out
+}
+
+/// The factors of the element stride of logical axis `a` of `p`: none for a contiguous axis;
+/// the runtime stride of an input or output's buffer axis (a view, see
+/// [`crate::plan::stride_params`]) times the extents merged after it in that axis; zero for a
+/// unit axis (always index 0), for the batch of a packed or paged dim (the request's start
+/// stands for it) and for a paged dim (its rows come through the page table); and the extents
+/// of the axes after it for a workspace, dense and row-major. The tile kernels and the fallback
+/// stages address through this one rule.
+pub(super) fn stride_factors(p: &Param, a: usize, dims: &DimTable) -> Vec<String> {
+    let storage = |k: usize| -> Vec<String> {
+        if k + 1 >= p.storage_rank() {
+            Vec::new()
+        } else {
+            vec![StrideParam { binding: p.binding, axis: k as u32 }.name()]
+        }
+    };
+    if let Some(layout) = &p.layout {
+        let Some(v) = p.shape[a] else { return vec!["0LL".to_string()] };
+        if let Some((k, after)) = layout.place(v) {
+            let mut f = storage(k);
+            f.extend(after.iter().map(|d| dim_expr(dims, *d)));
+            return f;
+        }
+        if let Some(k) = layout.axes.iter().position(|x| matches!(x, StoreAxis::Packed { ragged, .. } if *ragged == v))
+        {
+            return storage(k);
+        }
+        return vec!["0LL".to_string()];
+    }
+    if a + 1 >= p.shape.len() {
+        return Vec::new();
+    }
+    if is_view(p.binding) {
+        return match p.shape[a] {
+            Some(_) => vec![StrideParam { binding: p.binding, axis: a as u32 }.name()],
+            None => vec!["0LL".to_string()],
+        };
+    }
+    p.shape[a + 1..].iter().map(|d| d.map_or("1LL".to_string(), |v| dim_expr(dims, v))).collect()
+}
+
+/// A grid axis over a ragged dim, dealt out as a work list.
+struct RaggedAxis {
+    /// Its iterator.
+    axis: IterId,
+    /// The iterator of its batch's grid axis.
+    batch_iter: IterId,
+    /// The batch dim.
+    batch: DimVar,
+    /// The parameter holding its indptr.
+    indptr: usize,
+    /// The packed axis' extent, as C.
+    bound: String,
+}
+
+/// The grid axis over a ragged dim, if the kernel has one (the planner allows one at most).
+fn ragged_grid_axis(k: &TileKernel, dims: &DimTable) -> Option<RaggedAxis> {
+    k.grid.iter().find_map(|a| {
+        let pr = dims.get(a.dim).per_request.as_ref()?;
+        let PerRequestKind::Ragged { indptr, total } = &pr.kind else { return None };
+        let batch_iter = k.grid.iter().find(|b| b.dim == pr.batch)?.iter;
+        let indptr = k.params.iter().position(|p| p.binding == crate::plan::program::Binding::Input(indptr.input))?;
+        let bound = total.map_or_else(|| "0LL".to_string(), |t| dim_expr(dims, t));
+        Some(RaggedAxis { axis: a.iter, batch_iter, batch: pr.batch, indptr, bound })
+    })
+}
+
+impl Gen<'_> {
+    /// The extents and first entries of the block's request for every per-request dim the
+    /// kernel reads, from their tables: `e_<dim>` (the extent the body reads like any dynamic
+    /// extent), `rs_<dim>` (the first packed row, or the first page-table entry).
+    fn requests(&mut self) {
+        let mut used: Vec<DimVar> = Vec::new();
+        for p in &self.k.params {
+            for v in p.shape.iter().flatten() {
+                if self.dims.get(*v).per_request.is_some() && !used.contains(v) {
+                    used.push(*v);
+                }
+            }
+        }
+        used.sort();
+        let param_of =
+            |input: u32| self.k.params.iter().position(|p| p.binding == crate::plan::program::Binding::Input(input));
+        for v in used {
+            let info = self.dims.get(v);
+            let Some(pr) = info.per_request.clone() else { continue };
+            let name = ident(&info.name);
+            let Some(b) = self.k.grid.iter().find(|a| a.dim == pr.batch).map(|a| self.iter(a.iter)) else {
+                continue;
+            };
+            let Some(indptr) = param_of(pr.indptr().input) else { continue };
+            match &pr.kind {
+                PerRequestKind::Ragged { total, .. } => {
+                    let bound = total.map_or_else(|| "0LL".to_string(), |t| self.dim(t));
+                    self.line(&format!(
+                        "// `{}` of request {b}: rows [rs_{name}, rs_{name} + e_{name}) of the packed axis",
+                        info.name
+                    ));
+                    self.line(&format!("const long long rs_{name} = cleave_req_start(p{indptr}, {b}, {bound});"));
+                    self.line(&format!("const long long e_{name} = cleave_req_len(p{indptr}, {b}, {bound});"));
+                }
+                PerRequestKind::Paged { indices, page_size, last_page_len, .. } => {
+                    let n = self.dim(indices.len);
+                    self.line(&format!(
+                        "// `{}` of request {b}: pages at entries [rs_{name}, rs_{name} + np_{name}) of the page table",
+                        info.name
+                    ));
+                    self.line(&format!("const long long rs_{name} = cleave_req_start(p{indptr}, {b}, {n});"));
+                    self.line(&format!("const long long np_{name} = cleave_req_len(p{indptr}, {b}, {n});"));
+                    let last = match last_page_len.as_ref().and_then(|l| param_of(l.input)) {
+                        Some(l) => format!("(long long)cleave::ld_global(p{l}, {b})"),
+                        None => format!("{page_size}LL"),
+                    };
+                    self.line(&format!(
+                        "const long long e_{name} = cleave_paged_len(np_{name}, {page_size}LL, {last});"
+                    ));
+                    self.line(&format!("(void)np_{name};"));
+                }
+            }
+            self.line(&format!("(void)rs_{name}; (void)e_{name};"));
+        }
+    }
 }
 
 /// The emulator entry point of a kernel: unpacks the argument array like cuLaunchKernel's.
@@ -1653,7 +2087,9 @@ pub(super) fn emu_entry(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            if p.output {
+            if p.is_scalar() {
+                format!("*(const float*)args[{i}]")
+            } else if p.output {
                 format!("*({}* const*)args[{i}]", elem(p))
             } else {
                 format!("*(const {}* const*)args[{i}]", elem(p))

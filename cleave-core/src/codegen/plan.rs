@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::graph::{DType, Dim, DimKind, DimVar};
+use crate::graph::{DType, Dim, DimKind, DimVar, PerRequestKind, StoreAxis, TensorDecl};
 use crate::plan::{Binding, Launch};
 
 /// A factor of a product (mirrors the runtime's `Factor`).
@@ -17,6 +17,15 @@ pub enum FactorData {
     Dim(u16),
     /// `ceil(dim / t)`.
     CeilDiv(u16, u64),
+    /// The slots of a work list over a ragged dim: `total / tile + batch`.
+    Slots {
+        /// The packed axis' extent.
+        total: u16,
+        /// The batch.
+        batch: u16,
+        /// Rows per slot.
+        tile: u64,
+    },
 }
 
 /// A kernel parameter (mirrors the runtime's `Param`).
@@ -30,25 +39,25 @@ pub enum ParamData {
     Workspace(u16),
     /// A dim's extent as i64.
     Extent(u16),
-    /// The element stride of axis `.1` of input `.0`, as i64.
+    /// The element stride of axis `.1` of input `.0`'s buffer, as i64.
     InputStride(u16, u8),
-    /// The element stride of axis `.1` of output `.0`, as i64.
+    /// The element stride of axis `.1` of output `.0`'s buffer, as i64.
     OutputStride(u16, u8),
+    /// A scalar input, by value (f32).
+    Scalar(u16),
 }
 
-/// One launch.
+/// One axis of a tensor's buffer (mirrors the runtime's `Axis`).
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct LaunchData {
-    /// Entry point.
-    pub symbol: String,
-    /// Blocks along x (y and z are 1).
-    pub grid: Vec<FactorData>,
-    /// Threads per block.
-    pub threads: u32,
-    /// Dynamic shared memory.
-    pub smem_bytes: u32,
-    /// Parameters in order.
-    pub params: Vec<ParamData>,
+pub enum AxisData {
+    /// Extent 1.
+    One,
+    /// A plan dim's extent.
+    Dim(u16),
+    /// The product of plan dims' extents (several logical axes merged).
+    Merged(Vec<u16>),
+    /// A plan dim's extent plus one (an indptr).
+    PlusOne(u16),
 }
 
 /// A dim of the plan.
@@ -69,8 +78,62 @@ pub struct TensorData {
     pub name: String,
     /// Element type.
     pub dtype: DType,
-    /// Axes: `None` for a unit axis, else a plan dim index.
-    pub shape: Vec<Option<u16>>,
+    /// The buffer's axes.
+    pub shape: Vec<AxisData>,
+}
+
+/// An index tensor and what its entries must satisfy (mirrors the runtime's `Table`), so that
+/// an executor holding it in host memory can refuse a malformed one before any kernel reads it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum TableData {
+    /// Input `input` holds `batch + 1` non-decreasing offsets into an axis of extent `bound`.
+    Indptr {
+        /// The input.
+        input: u16,
+        /// The batch dim.
+        batch: u16,
+        /// The extent the offsets index (`None`: no tensor packs it, only monotony is checked).
+        bound: Option<u16>,
+    },
+    /// Input `input` is a page table: every entry a request owns (through `indptr`) is a page
+    /// number below the extent of each of `pages`.
+    Pages {
+        /// The page table.
+        input: u16,
+        /// The indptr into it.
+        indptr: u16,
+        /// The batch dim.
+        batch: u16,
+        /// The page pools it addresses (their page-axis dims).
+        pages: Vec<u16>,
+    },
+    /// Input `input` holds each request's used slots in its last page: in `1..=page_size` for
+    /// a request with pages.
+    LastPage {
+        /// The input.
+        input: u16,
+        /// The indptr into the page table.
+        indptr: u16,
+        /// The batch dim.
+        batch: u16,
+        /// Slots per page.
+        page_size: u64,
+    },
+}
+
+/// One launch.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LaunchData {
+    /// Entry point.
+    pub symbol: String,
+    /// Blocks along x (y and z are 1).
+    pub grid: Vec<FactorData>,
+    /// Threads per block.
+    pub threads: u32,
+    /// Dynamic shared memory.
+    pub smem_bytes: u32,
+    /// Parameters in order.
+    pub params: Vec<ParamData>,
 }
 
 /// The whole plan.
@@ -78,7 +141,7 @@ pub struct TensorData {
 pub struct PlanData {
     /// Declared kernel name.
     pub kernel: String,
-    /// Dims (split chunks excluded: kernels derive them).
+    /// Dims (split chunks and per-request dims excluded: kernels derive them).
     pub dims: Vec<DimData>,
     /// Inputs.
     pub inputs: Vec<TensorData>,
@@ -88,6 +151,8 @@ pub struct PlanData {
     pub workspaces: Vec<(u32, Vec<FactorData>)>,
     /// Launches.
     pub launches: Vec<LaunchData>,
+    /// The index tensors' rules.
+    pub tables: Vec<TableData>,
 }
 
 /// Why a launch has no plan data.
@@ -109,8 +174,11 @@ pub enum PlanDataError {
 /// Derives the plan of a launch.
 pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataError> {
     let dims = launch.dims();
-    let kept: Vec<DimVar> =
-        dims.iter().filter(|(_, d)| !matches!(d.kind, DimKind::SplitChunk { .. })).map(|(v, _)| v).collect();
+    let kept: Vec<DimVar> = dims
+        .iter()
+        .filter(|(_, d)| !matches!(d.kind, DimKind::SplitChunk { .. }) && d.per_request.is_none())
+        .map(|(v, _)| v)
+        .collect();
     let index = |v: DimVar| -> Result<u16, PlanDataError> {
         let i = kept.iter().position(|x| *x == v).ok_or_else(|| PlanDataError::NotPassed(dims.get(v).name.clone()))?;
         u16::try_from(i).map_err(|_| PlanDataError::TooLarge { what: "dim index", value: i as u64 })
@@ -125,15 +193,36 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
             Dim::Var(v) => Ok(FactorData::Const(dims.get(v).value)),
         }
     };
-    let tensor = |name: &str, dtype: DType, shape: &[Dim]| -> Result<TensorData, PlanDataError> {
-        let shape = shape.iter().map(|d| d.var().map(&index).transpose()).collect::<Result<_, _>>()?;
-        Ok(TensorData { name: name.to_string(), dtype, shape })
+    let tensor = |t: &TensorDecl| -> Result<TensorData, PlanDataError> {
+        let shape = match &t.layout {
+            None => t
+                .shape
+                .iter()
+                .map(|d| Ok(d.var().map(&index).transpose()?.map_or(AxisData::One, AxisData::Dim)))
+                .collect::<Result<_, PlanDataError>>()?,
+            Some(l) => l
+                .axes
+                .iter()
+                .map(|a| {
+                    Ok(match a {
+                        StoreAxis::One | StoreAxis::Slot { size: Dim::One, .. } => AxisData::One,
+                        StoreAxis::Dims(ds) if ds.len() == 1 => AxisData::Dim(index(ds[0])?),
+                        StoreAxis::Dims(ds) => {
+                            AxisData::Merged(ds.iter().map(|d| index(*d)).collect::<Result<_, _>>()?)
+                        }
+                        StoreAxis::Packed { total: d, .. }
+                        | StoreAxis::Pages { pages: d, .. }
+                        | StoreAxis::Slot { size: Dim::Var(d), .. } => AxisData::Dim(index(*d)?),
+                        StoreAxis::PlusOne(d) => AxisData::PlusOne(index(*d)?),
+                    })
+                })
+                .collect::<Result<_, PlanDataError>>()?,
+        };
+        Ok(TensorData { name: t.name.clone(), dtype: t.dtype, shape })
     };
     let g = &launch.graph;
-    let inputs =
-        g.inputs.iter().map(|i| tensor(&i.decl.name, i.decl.dtype, &i.decl.shape)).collect::<Result<_, _>>()?;
-    let outputs =
-        g.outputs.iter().map(|o| tensor(&o.decl.name, o.decl.dtype, &o.decl.shape)).collect::<Result<_, _>>()?;
+    let inputs = g.inputs.iter().map(|i| tensor(&i.decl)).collect::<Result<_, _>>()?;
+    let outputs = g.outputs.iter().map(|o| tensor(&o.decl)).collect::<Result<_, _>>()?;
     let workspaces = launch
         .workspaces
         .iter()
@@ -144,6 +233,21 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
         let mut grid = Vec::new();
         for a in k.grid() {
             let info = dims.get(a.dim);
+            // A ragged dim's blocks are the slots of its work list; its batch's grid axis is
+            // folded into them.
+            if let Some(pr) = &info.per_request {
+                if let PerRequestKind::Ragged { total: Some(total), .. } = pr.kind {
+                    grid.push(FactorData::Slots { total: index(total)?, batch: index(pr.batch)?, tile: a.tile });
+                    continue;
+                }
+                return Err(PlanDataError::NotPassed(info.name.clone()));
+            }
+            let folded = k.grid().iter().any(|r| {
+                matches!(&dims.get(r.dim).per_request, Some(p) if p.batch == a.dim && matches!(p.kind, PerRequestKind::Ragged { .. }))
+            });
+            if folded {
+                continue;
+            }
             grid.push(if info.dynamic {
                 FactorData::CeilDiv(index(a.dim)?, a.tile)
             } else {
@@ -153,6 +257,7 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
         let mut params = Vec::new();
         for p in k.params() {
             params.push(match p.binding {
+                Binding::Input(i) if p.is_scalar() => ParamData::Scalar(small("input index", i as usize)?),
                 Binding::Input(i) => ParamData::Input(small("input index", i as usize)?),
                 Binding::Output(i) => ParamData::Output(small("output index", i as usize)?),
                 Binding::Workspace(i) => ParamData::Workspace(small("workspace index", i as usize)?),
@@ -182,7 +287,41 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
             DimData { name: d.name.clone(), value: d.value, dynamic: d.dynamic }
         })
         .collect();
-    Ok(PlanData { kernel: kernel.to_string(), dims: dims_out, inputs, outputs, workspaces, launches })
+    let mut tables = Vec::new();
+    for (v, info) in dims.iter() {
+        let Some(pr) = &info.per_request else { continue };
+        let batch = index(pr.batch)?;
+        let indptr = small("input index", pr.indptr().input as usize)?;
+        match &pr.kind {
+            PerRequestKind::Ragged { total, .. } => {
+                let bound = total.map(index).transpose()?;
+                tables.push(TableData::Indptr { input: indptr, batch, bound });
+            }
+            PerRequestKind::Paged { indices, page_size, last_page_len, .. } => {
+                tables.push(TableData::Indptr { input: indptr, batch, bound: Some(index(indices.len)?) });
+                let mut pages = Vec::new();
+                for i in &g.inputs {
+                    for a in i.decl.layout.iter().flat_map(|l| &l.axes) {
+                        if let StoreAxis::Pages { pages: p, paged } = a {
+                            if *paged == v {
+                                pages.push(index(*p)?);
+                            }
+                        }
+                    }
+                }
+                pages.sort_unstable();
+                pages.dedup();
+                let input = small("input index", indices.input as usize)?;
+                tables.push(TableData::Pages { input, indptr, batch, pages });
+                if let Some(l) = last_page_len {
+                    let input = small("input index", l.input as usize)?;
+                    tables.push(TableData::LastPage { input, indptr, batch, page_size: *page_size });
+                }
+            }
+        }
+    }
+    tables.dedup();
+    Ok(PlanData { kernel: kernel.to_string(), dims: dims_out, inputs, outputs, workspaces, launches, tables })
 }
 
 impl PlanData {
@@ -195,6 +334,9 @@ impl PlanData {
                     FactorData::Const(c) => format!("{rt}::Factor::Const({c})"),
                     FactorData::Dim(d) => format!("{rt}::Factor::Dim({d})"),
                     FactorData::CeilDiv(d, t) => format!("{rt}::Factor::CeilDiv({d}, {t})"),
+                    FactorData::Slots { total, batch, tile } => {
+                        format!("{rt}::Factor::Slots {{ total: {total}, batch: {batch}, tile: {tile} }}")
+                    }
                 })
                 .collect();
             format!("{rt}::Product(&[{}])", items.join(", "))
@@ -203,14 +345,20 @@ impl PlanData {
             DType::F16 => format!("{rt}::DType::F16"),
             DType::BF16 => format!("{rt}::DType::BF16"),
             DType::F32 => format!("{rt}::DType::F32"),
+            DType::I32 => format!("{rt}::DType::I32"),
         };
         let tensor = |t: &TensorData| -> String {
             let axes: Vec<String> = t
                 .shape
                 .iter()
                 .map(|a| match a {
-                    None => format!("{rt}::Axis::One"),
-                    Some(d) => format!("{rt}::Axis::Dim({d})"),
+                    AxisData::One => format!("{rt}::Axis::One"),
+                    AxisData::Dim(d) => format!("{rt}::Axis::Dim({d})"),
+                    AxisData::Merged(ds) => format!(
+                        "{rt}::Axis::Merged(&[{}])",
+                        ds.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                    AxisData::PlusOne(d) => format!("{rt}::Axis::PlusOne({d})"),
                 })
                 .collect();
             format!(
@@ -249,6 +397,7 @@ impl PlanData {
                     ParamData::Extent(i) => format!("{rt}::Param::Extent({i})"),
                     ParamData::InputStride(i, a) => format!("{rt}::Param::InputStride({i}, {a})"),
                     ParamData::OutputStride(i, a) => format!("{rt}::Param::OutputStride({i}, {a})"),
+                    ParamData::Scalar(i) => format!("{rt}::Param::Scalar({i})"),
                 })
                 .collect();
             let _ = writeln!(
@@ -264,6 +413,24 @@ impl PlanData {
             );
         }
         let _ = writeln!(s, "    ],");
+        let tables: Vec<String> = self
+            .tables
+            .iter()
+            .map(|t| match t {
+                TableData::Indptr { input, batch, bound } => format!(
+                    "{rt}::Table::Indptr {{ input: {input}, batch: {batch}, bound: {} }}",
+                    bound.map_or("::core::option::Option::None".to_string(), |b| format!("::core::option::Option::Some({b})"))
+                ),
+                TableData::Pages { input, indptr, batch, pages } => format!(
+                    "{rt}::Table::Pages {{ input: {input}, indptr: {indptr}, batch: {batch}, pages: &[{}] }}",
+                    pages.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                TableData::LastPage { input, indptr, batch, page_size } => format!(
+                    "{rt}::Table::LastPage {{ input: {input}, indptr: {indptr}, batch: {batch}, page_size: {page_size} }}"
+                ),
+            })
+            .collect();
+        let _ = writeln!(s, "    tables: &[{}],", tables.join(", "));
         s.push('}');
         s
     }

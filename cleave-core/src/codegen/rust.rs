@@ -24,7 +24,7 @@
 
 use std::fmt::Write;
 
-use super::plan::{PlanData, TensorData};
+use super::plan::{AxisData, PlanData, TensorData};
 use crate::front::KernelDecl;
 use crate::graph::DType;
 
@@ -151,15 +151,40 @@ fn rust_type(d: DType) -> String {
         DType::F16 => format!("{RUNTIME}::f16"),
         DType::BF16 => format!("{RUNTIME}::bf16"),
         DType::F32 => "f32".to_string(),
+        DType::I32 => "i32".to_string(),
+    }
+}
+
+/// How a tensor is passed: a view with strides, a dense index tensor, or a scalar by value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pass {
+    View,
+    Index,
+    Scalar,
+}
+
+fn pass(t: &TensorData) -> Pass {
+    if t.dtype == DType::I32 {
+        Pass::Index
+    } else if t.shape.is_empty() {
+        Pass::Scalar
+    } else {
+        Pass::View
     }
 }
 
 /// A shape as written in the declaration, from the plan: `[h, s, 1]`.
 fn show_shape(plan: &PlanData, t: &TensorData) -> String {
-    let axes: Vec<&str> = t
+    let name = |d: &u16| plan.dims.get(usize::from(*d)).map_or("?", |d| d.name.as_str());
+    let axes: Vec<String> = t
         .shape
         .iter()
-        .map(|a| a.and_then(|d| plan.dims.get(usize::from(d))).map_or("1", |d| d.name.as_str()))
+        .map(|a| match a {
+            AxisData::One => "1".to_string(),
+            AxisData::Dim(d) => name(d).to_string(),
+            AxisData::Merged(ds) => format!("({})", ds.iter().map(name).collect::<Vec<_>>().join(" ")),
+            AxisData::PlusOne(d) => format!("{} + 1", name(d)),
+        })
         .collect();
     format!("[{}]", axes.join(", "))
 }
@@ -272,11 +297,23 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
             None => "1".to_string(),
         }
     };
-    let _ = writeln!(out, "/// The view of every input and output: one element stride per axis, outermost first. The");
-    let _ = writeln!(out, "/// last axis must be contiguous (stride 1); a stride of an axis of extent 1 is ignored.");
+    let axis_factors = |a: &AxisData| -> Vec<String> {
+        match a {
+            AxisData::One => Vec::new(),
+            AxisData::Dim(d) => vec![dim_value(*d)],
+            AxisData::Merged(ds) => ds.iter().map(|d| dim_value(*d)).collect(),
+            AxisData::PlusOne(d) => vec![format!("({} + 1)", dim_value(*d))],
+        }
+    };
+    let views: Vec<&(String, &TensorData)> =
+        inputs.iter().chain(&outputs).filter(|(_, t)| pass(t) == Pass::View).collect();
+    let _ =
+        writeln!(out, "/// The view of every input and output: one element stride per axis of its buffer, outermost");
+    let _ = writeln!(out, "/// first. The last axis must be contiguous (stride 1); a stride of an axis of extent 1 is");
+    let _ = writeln!(out, "/// ignored. Index tensors and scalars are passed whole and have none.");
     let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]");
     let _ = writeln!(out, "pub struct Strides {{");
-    for (p, t) in inputs.iter().chain(&outputs) {
+    for (p, t) in &views {
         doc(&mut out, &format!("The strides of `{}`: `{}{}`.", t.name, t.dtype.name(), show_shape(plan, t)));
         let _ = writeln!(out, "pub {p}: [usize; {}],", t.shape.len());
     }
@@ -287,10 +324,10 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     // An outermost axis never enters a stride, so `dims` may go unused.
     let _ = writeln!(out, "let _ = dims;");
     let _ = writeln!(out, "Strides {{");
-    for (p, t) in inputs.iter().chain(&outputs) {
+    for (p, t) in &views {
         let axes: Vec<String> = (0..t.shape.len())
             .map(|a| {
-                let factors: Vec<String> = t.shape[a + 1..].iter().flatten().map(|d| dim_value(*d)).collect();
+                let factors: Vec<String> = t.shape[a + 1..].iter().flat_map(&axis_factors).collect();
                 if factors.is_empty() {
                     "1".to_string()
                 } else {
@@ -359,21 +396,41 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     doc(&mut out, "`NotBuilt` (no nvcc at build time), `UnsupportedArch`, `ShapeMismatch`, `InvalidExtent`,");
     doc(&mut out, "`Launch` and the others of `cleave::Error`.");
     let tensor_params = |params: &mut Vec<String>| {
-        params.extend(inputs.iter().map(|(p, t)| format!("{p}: &impl {driver}::DevicePtr<{}>", rust_type(t.dtype))));
+        params.extend(inputs.iter().map(|(p, t)| match pass(t) {
+            Pass::Scalar => format!("{p}: f32"),
+            _ => format!("{p}: &impl {driver}::DevicePtr<{}>", rust_type(t.dtype)),
+        }));
         params.extend(
             outputs.iter().map(|(p, t)| format!("{p}: &mut impl {driver}::DevicePtrMut<{}>", rust_type(t.dtype))),
         );
     };
     let mut device_chain = String::from("args");
     for (p, t) in &inputs {
-        let _ = write!(device_chain, ".input::<{}, _>({p})?", rust_type(t.dtype));
+        match pass(t) {
+            Pass::Scalar => {
+                let _ = write!(device_chain, ".scalar({p})?");
+            }
+            _ => {
+                let _ = write!(device_chain, ".input::<{}, _>({p})?", rust_type(t.dtype));
+            }
+        }
     }
     for (p, t) in &outputs {
         let _ = write!(device_chain, ".output::<{}, _>({p})?", rust_type(t.dtype));
     }
     let mut strided_chain = String::from("args");
     for (p, t) in &inputs {
-        let _ = write!(strided_chain, ".input_strided::<{}, _>({p}, &strides.{p})?", rust_type(t.dtype));
+        match pass(t) {
+            Pass::Scalar => {
+                let _ = write!(strided_chain, ".scalar({p})?");
+            }
+            Pass::Index => {
+                let _ = write!(strided_chain, ".input::<i32, _>({p})?");
+            }
+            Pass::View => {
+                let _ = write!(strided_chain, ".input_strided::<{}, _>({p}, &strides.{p})?", rust_type(t.dtype));
+            }
+        }
     }
     for (p, t) in &outputs {
         let _ = write!(strided_chain, ".output_strided::<{}, _>({p}, &strides.{p})?", rust_type(t.dtype));
@@ -455,13 +512,26 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     doc(&mut out, "Same arguments and checks as `launch`, on host slices:");
     doc(&mut out, "");
     shape_docs(&mut out);
-    let mut params: Vec<String> = inputs.iter().map(|(p, t)| format!("{p}: &[{}]", rust_type(t.dtype))).collect();
+    let mut params: Vec<String> = inputs
+        .iter()
+        .map(|(p, t)| match pass(t) {
+            Pass::Scalar => format!("{p}: f32"),
+            _ => format!("{p}: &[{}]", rust_type(t.dtype)),
+        })
+        .collect();
     params.extend(outputs.iter().map(|(p, t)| format!("{p}: &mut [{}]", rust_type(t.dtype))));
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "run_host", &params, "()");
     let mut chain = String::from("args");
-    for (p, _) in &inputs {
-        let _ = write!(chain, ".input({p})?");
+    for (p, t) in &inputs {
+        match pass(t) {
+            Pass::Scalar => {
+                let _ = write!(chain, ".scalar({p})?");
+            }
+            _ => {
+                let _ = write!(chain, ".input({p})?");
+            }
+        }
     }
     for (p, _) in &outputs {
         let _ = write!(chain, ".output({p})?");
@@ -474,8 +544,18 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     params.push("strides: &Strides".to_string());
     open_fn(&mut out, "run_host_strided", &params, "()");
     let mut chain = String::from("args");
-    for (p, _) in &inputs {
-        let _ = write!(chain, ".input_strided({p}, &strides.{p})?");
+    for (p, t) in &inputs {
+        match pass(t) {
+            Pass::Scalar => {
+                let _ = write!(chain, ".scalar({p})?");
+            }
+            Pass::Index => {
+                let _ = write!(chain, ".input({p})?");
+            }
+            Pass::View => {
+                let _ = write!(chain, ".input_strided({p}, &strides.{p})?");
+            }
+        }
     }
     for (p, _) in &outputs {
         let _ = write!(chain, ".output_strided({p}, &strides.{p})?");
@@ -486,6 +566,12 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "}}");
 
     // candle_forward, written by a macro of `cleave` so that it follows that crate's features.
+    // candle has no i32 tensors, and a scalar is a value, not a tensor: kernels with index
+    // tables or scalars are served by `launch` and `run_host` alone.
+    if inputs.iter().any(|(_, t)| pass(t) != Pass::View) {
+        let _ = writeln!(out, "}}");
+        return Ok(out);
+    }
     let _ = writeln!(out, "::cleave::__candle_forward! {{");
     doc(&mut out, &format!("Runs kernel `{kernel}` on candle tensors (the `candle` feature of `cleave`)."));
     doc(&mut out, "");
@@ -527,8 +613,16 @@ mod tests {
                 DimData { name: "m".into(), value: 3, dynamic: false },
                 DimData { name: "k".into(), value: 100, dynamic: true },
             ],
-            inputs: vec![TensorData { name: "dims".into(), dtype: DType::F32, shape: vec![Some(0), Some(1)] }],
-            outputs: vec![TensorData { name: "y".into(), dtype: DType::BF16, shape: vec![Some(0), None] }],
+            inputs: vec![TensorData {
+                name: "dims".into(),
+                dtype: DType::F32,
+                shape: vec![AxisData::Dim(0), AxisData::Dim(1)],
+            }],
+            outputs: vec![TensorData {
+                name: "y".into(),
+                dtype: DType::BF16,
+                shape: vec![AxisData::Dim(0), AxisData::One],
+            }],
             workspaces: vec![],
             launches: vec![LaunchData {
                 symbol: "cleave_rowsum_0".into(),
@@ -537,6 +631,7 @@ mod tests {
                 smem_bytes: 0,
                 params: vec![ParamData::Input(0), ParamData::Output(0), ParamData::Extent(1)],
             }],
+            tables: vec![],
         };
         (decl, plan, vec!["cleave_emu_cleave_rowsum_0_0123".into()])
     }

@@ -4,10 +4,10 @@
 
 use std::fmt::Write;
 
-use super::cuda::{ctype, dim_expr, emu_entry};
+use super::cuda::{ctype, dim_expr, emu_entry, stride_factors};
 use super::ident;
 use crate::graph::{BinaryOp, Dim, DimTable, ReduceOp, UnaryOp};
-use crate::plan::program::{is_view, stride_params, Binding, Param, StrideParam};
+use crate::plan::program::{stride_params, Binding, Param};
 use crate::plan::{Ix, SExpr, StageKernel};
 
 /// The C element type of a stage parameter: workspaces hold extended-exponent values.
@@ -24,10 +24,6 @@ struct Stage<'a> {
 }
 
 impl Stage<'_> {
-    fn extent(&self, d: Option<crate::graph::DimVar>) -> String {
-        d.map_or("1LL".to_string(), |v| dim_expr(self.dims, v))
-    }
-
     /// The element offset of `index` in parameter `p`: through the runtime strides of an input
     /// or output view, row-major over its shape for a workspace (as the tile kernels address
     /// them).
@@ -39,16 +35,7 @@ impl Stage<'_> {
                 Ix::Out(j) => format!("o{j}"),
                 Ix::Loop => "r".to_string(),
             };
-            let stride: Vec<String> = if a + 1 >= p.shape.len() {
-                Vec::new()
-            } else if is_view(p.binding) {
-                match p.shape[a] {
-                    Some(_) => vec![StrideParam { binding: p.binding, axis: a as u32 }.name()],
-                    None => vec!["0LL".to_string()],
-                }
-            } else {
-                p.shape[a + 1..].iter().map(|d| self.extent(*d)).collect()
-            };
+            let stride = stride_factors(p, a, self.dims);
             terms.push(if stride.is_empty() { i } else { format!("{i} * {}", stride.join(" * ")) });
         }
         if terms.is_empty() {
@@ -61,6 +48,9 @@ impl Stage<'_> {
     fn expr(&self, e: &SExpr) -> String {
         match e {
             SExpr::Const(c) => format!("cleave::xf_of_double({})", double_literal(*c)),
+            SExpr::Load { param, .. } if self.k.params[param.0 as usize].is_scalar() => {
+                format!("cleave::xf_of_float(p{})", param.0)
+            }
             SExpr::Load { param, index } => {
                 let p = &self.k.params[param.0 as usize];
                 let load = format!("cleave::ld_global(p{}, {})", param.0, self.linear(p, index));
@@ -94,6 +84,23 @@ impl Stage<'_> {
                 };
                 format!("cleave::{f}({}, {})", self.expr(a), self.expr(b))
             }
+            SExpr::Mask { mask, value, row, col, rows, cols } => {
+                let ix = |i: &Ix| match i {
+                    Ix::Zero => "0LL".to_string(),
+                    Ix::Out(j) => format!("o{j}"),
+                    Ix::Loop => "r".to_string(),
+                };
+                let ext = |d: &Dim| match d {
+                    Dim::One => "1LL".to_string(),
+                    Dim::Var(v) => dim_expr(self.dims, *v),
+                };
+                let keep = match mask {
+                    crate::graph::Mask::Causal => {
+                        format!("({}) <= ({}) + ({}) - ({})", ix(col), ix(row), ext(cols), ext(rows))
+                    }
+                };
+                format!("(({keep}) ? {} : cleave::xf{{-INFINITY, 0}})", self.expr(value))
+            }
             SExpr::Reduce { .. } => unreachable!("a reduction is only a stage's root"),
         }
     }
@@ -125,7 +132,9 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
         .enumerate()
         .map(|(i, p)| {
             let t = elem(p);
-            if p.output {
+            if p.is_scalar() {
+                format!("const float p{i}")
+            } else if p.output {
                 format!("{t}* __restrict__ p{i}")
             } else {
                 format!("const {t}* __restrict__ p{i}")

@@ -16,6 +16,44 @@ pub struct DimDecl {
     pub value_pos: Pos,
     /// A runtime axis.
     pub dynamic: bool,
+    /// `ragged:` or `paged:`: the extent differs between the requests of a batch.
+    pub per_request: Option<PerRequestDecl>,
+}
+
+/// How a per-request dim is declared, as written.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum PerRequestDecl {
+    /// `ragged: indptr`.
+    Ragged {
+        /// Where `ragged` is.
+        pos: Pos,
+        /// The `indptr` tensor.
+        indptr: AxisDecl,
+    },
+    /// `paged: { indices: .., indptr: .., page_size: .., last_page_len: .. }`.
+    Paged {
+        /// Where `paged` is.
+        pos: Pos,
+        /// The page table.
+        indices: Option<AxisDecl>,
+        /// The `indptr` into the page table.
+        indptr: Option<AxisDecl>,
+        /// The page size: a dim name or an integer.
+        page_size: Option<AxisDecl>,
+        /// The used length of each request's last page.
+        last_page_len: Option<AxisDecl>,
+    },
+}
+
+/// One axis of a tensor's storage, as written: a dim, `1`, or `(a b ..)`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StorageAxisDecl {
+    /// The names (one, or several in a parenthesized merge).
+    pub names: Vec<AxisDecl>,
+    /// Written in parentheses.
+    pub grouped: bool,
+    /// Where it is.
+    pub pos: Pos,
 }
 
 /// One axis of a declared tensor type: a dim name or the literal `1`.
@@ -42,6 +80,8 @@ pub struct TensorSrc {
     pub shape: Vec<AxisDecl>,
     /// `reduce: [..]`: the user's list of eventually-reduced dims (inputs only).
     pub reduce: Option<Vec<AxisDecl>>,
+    /// `as [..]`: the buffer's axes, when they are not the shape's.
+    pub storage: Option<Vec<StorageAxisDecl>>,
 }
 
 /// The body: assignment statements, and how to locate each byte of it in the source.

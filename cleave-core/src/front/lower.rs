@@ -7,13 +7,13 @@
 
 use std::collections::HashMap;
 
-use super::decl::{AxisDecl, KernelDecl, TensorSrc};
+use super::decl::{AxisDecl, KernelDecl, PerRequestDecl, StorageAxisDecl, TensorSrc};
 use super::diag::{Diagnostic, Pos};
 use super::expr::{parse, Arg, BinTok, Expr, ExprKind};
 use super::ident::{check_ident, check_name, NameKind};
 use crate::graph::{
-    normalize_axis, validate, BinaryOp, DType, Dim, DimTable, DimVar, Graph, NodeId, Op, ReduceOp, Shape, TensorDecl,
-    UnaryOp, ValidGraph,
+    normalize_axis, validate, BinaryOp, DType, Dim, DimTable, DimVar, Graph, IndexRef, Layout, Mask, NodeId, Op,
+    PerRequest, PerRequestKind, ReduceOp, Shape, StoreAxis, TensorDecl, UnaryOp, ValidGraph,
 };
 
 /// The largest extent of one axis. Grids, loop counters and per-axis offsets are 32-bit.
@@ -55,6 +55,7 @@ pub const FUNCTIONS: &[&str] = &[
     "mean",
     "softmax",
     "rmsnorm",
+    "causal",
 ];
 
 /// Default `eps` of `rmsnorm`.
@@ -95,8 +96,9 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
             ));
         }
         dim_pos.insert(d.name.clone(), d.pos);
-        dims.plain(d.name.clone(), d.value as u64, d.dynamic);
+        dims.plain(d.name.clone(), d.value as u64, d.dynamic || d.per_request.is_some());
     }
+    per_request_dims(decl, &mut dims)?;
 
     let mut graph = Graph::new(decl.name.clone(), dims);
     let mut env: HashMap<String, Binding> = HashMap::new();
@@ -128,7 +130,27 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
     }
     for t in &decl.inputs {
         let decl_t = tensor_decl(t, &graph.dims)?;
+        let index = decl_t.is_index();
         let node = graph.add_input(decl_t);
+        if index {
+            // An index tensor is used when a per-request dim reads it; the body never may.
+            let used = graph
+                .dims
+                .iter()
+                .any(|(_, d)| d.per_request.as_ref().is_some_and(|p| p.tables().iter().any(|r| r.name == t.name)));
+            if !used {
+                return Err(Diagnostic::new(
+                    t.pos,
+                    format!(
+                        "index tensor `{}` is never used: an `i32` tensor is the `indptr`, `indices` or \
+                         `last_page_len` of a ragged or paged dim",
+                        t.name
+                    ),
+                ));
+            }
+            env.insert(t.name.clone(), Binding { node, pos: t.pos, used: true, input: true });
+            continue;
+        }
         if let Some(list) = &t.reduce {
             let mut vars = Vec::new();
             for a in list {
@@ -154,6 +176,56 @@ pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
     }
     let outputs: Vec<(TensorDecl, &TensorSrc)> =
         decl.outputs.iter().map(|t| Ok((tensor_decl(t, &graph.dims)?, t))).collect::<Result<_, Diagnostic>>()?;
+    // Every tensor that packs a ragged dim packs it into an axis of one extent: the kernels
+    // bound the requests' rows by it.
+    let packed: Vec<(&TensorSrc, Layout)> = decl
+        .inputs
+        .iter()
+        .zip(&graph.inputs)
+        .filter_map(|(src, i)| i.decl.layout.clone().map(|l| (src, l)))
+        .chain(outputs.iter().filter_map(|(o, src)| o.layout.clone().map(|l| (*src, l))))
+        .collect();
+    for (src, layout) in &packed {
+        for a in &layout.axes {
+            let StoreAxis::Packed { total, ragged } = a else { continue };
+            let info = graph.dims.get_mut(*ragged);
+            if let Some(PerRequest { kind: PerRequestKind::Ragged { total: t, .. }, .. }) = &mut info.per_request {
+                match t {
+                    Some(prev) if prev != total => {
+                        let (prev, name) = (*prev, info.name.clone());
+                        return Err(Diagnostic::new(
+                            src.pos,
+                            format!(
+                                "`{}` packs `{name}` into `{}`, but another tensor packs it into `{}`: the requests' rows \
+                                 have one extent",
+                                src.name,
+                                graph.dims.get(*total).name,
+                                graph.dims.get(prev).name
+                            ),
+                        ));
+                    }
+                    _ => *t = Some(*total),
+                }
+            }
+        }
+    }
+    for (o, src) in &outputs {
+        if o.is_index() {
+            return Err(Diagnostic::new(
+                src.dtype_pos,
+                format!("output `{}` is i32; outputs are computed values: f16, bf16 or f32", src.name),
+            ));
+        }
+        if o.layout.as_ref().is_some_and(Layout::is_paged) {
+            return Err(Diagnostic::new(
+                src.pos,
+                format!(
+                    "output `{}` is paged; a kernel writes packed or dense outputs, not through a page table",
+                    src.name
+                ),
+            ));
+        }
+    }
 
     let stmts = parse(&decl.body.text).map_err(|e| Diagnostic::new(decl.body.pos(e.offset), e.message))?;
     if stmts.is_empty() {
@@ -250,9 +322,13 @@ fn tensor_decl(t: &TensorSrc, dims: &DimTable) -> Result<TensorDecl, Diagnostic>
         let shown = if t.dtype.is_empty() { "nothing".to_string() } else { format!("`{}`", t.dtype) };
         return Err(Diagnostic::new(
             t.dtype_pos,
-            format!("unknown dtype {shown} for `{}`; expected f16, bf16 or f32", t.name),
+            format!("unknown dtype {shown} for `{}`; expected f16, bf16, f32 or i32 (index tensors)", t.name),
         ));
     };
+    if !dtype.is_float() {
+        return index_decl(t, dtype, dims);
+    }
+
     if t.shape.len() > MAX_RANK {
         return Err(Diagnostic::new(
             t.pos,
@@ -265,6 +341,12 @@ fn tensor_decl(t: &TensorSrc, dims: &DimTable) -> Result<TensorDecl, Diagnostic>
         if name == "1" {
             shape.push(Dim::One);
             continue;
+        }
+        if name.contains('+') {
+            return Err(Diagnostic::new(
+                *pos,
+                format!("`{name}` in the shape of `{}`: only an i32 `indptr` may have `n + 1` entries", t.name),
+            ));
         }
         let Some(v) = dims.find(name) else {
             let msg = if name.chars().all(|c| c.is_ascii_digit() || c == '-') {
@@ -283,7 +365,371 @@ fn tensor_decl(t: &TensorSrc, dims: &DimTable) -> Result<TensorDecl, Diagnostic>
             format!("`{}` has {elements} elements, more than the limit of 2^48", t.name),
         ));
     }
-    Ok(TensorDecl { name: t.name.clone(), dtype, shape })
+    let layout = match &t.storage {
+        Some(groups) => Some(storage_layout(t, &shape, groups, dims)?),
+        None => {
+            // A per-request dim has no dense extent: its tensor must say how requests pack.
+            if let Some(v) = shape.iter().filter_map(|d| d.var()).find(|v| dims.get(*v).per_request.is_some()) {
+                let d = dims.get(v);
+                let what = if crate::graph::layout::is_paged(dims, v) { "paged" } else { "ragged" };
+                return Err(Diagnostic::new(
+                    t.pos,
+                    format!(
+                        "`{}` has the {what} dim `{}`, whose extent differs between requests; declare its buffer \
+                         with `as [..]`, e.g. `as [{}, ..]` with the axis that holds every request's part",
+                        t.name,
+                        d.name,
+                        if what == "paged" { "num_pages, page_size" } else { "total" }
+                    ),
+                ));
+            }
+            None
+        }
+    };
+    Ok(TensorDecl { name: t.name.clone(), dtype, shape, layout })
+}
+
+/// An `i32` index tensor: `i32[n]` or `i32[batch + 1]`, rank 1, no storage clause.
+fn index_decl(t: &TensorSrc, dtype: DType, dims: &DimTable) -> Result<TensorDecl, Diagnostic> {
+    if let Some(s) = t.storage.as_ref().and_then(|s| s.first()) {
+        return Err(Diagnostic::new(
+            s.pos,
+            format!("index tensor `{}` takes no `as [..]`: it is one dense list", t.name),
+        ));
+    }
+    let [axis] = t.shape.as_slice() else {
+        return Err(Diagnostic::new(
+            t.pos,
+            format!("index tensor `{}` must have one axis (`i32[n]`, or `i32[batch + 1]` for an indptr)", t.name),
+        ));
+    };
+    let (name, plus_one) = match axis.name.split_once('+') {
+        Some((n, one)) if one.trim() == "1" => (n.trim(), true),
+        Some(_) => {
+            return Err(Diagnostic::new(axis.pos, format!("`{}`: an index axis is `n` or `n + 1`", axis.name)));
+        }
+        None => (axis.name.as_str(), false),
+    };
+    let Some(v) = dims.find(name) else {
+        return Err(Diagnostic::new(axis.pos, format!("`{name}` in the shape of `{}` is not a declared dim", t.name)));
+    };
+    if dims.get(v).per_request.is_some() {
+        return Err(Diagnostic::new(
+            axis.pos,
+            format!("`{name}` differs between requests; an index tensor's length is a batch or a table size"),
+        ));
+    }
+    let layout = plus_one.then(|| Layout { axes: vec![StoreAxis::PlusOne(v)] });
+    Ok(TensorDecl { name: t.name.clone(), dtype, shape: vec![Dim::Var(v)], layout })
+}
+
+/// The shape of an input as declared, before any checking: `(dtype, [axis names])`.
+fn raw_input<'d>(decl: &'d KernelDecl, name: &str) -> Option<(usize, &'d TensorSrc)> {
+    decl.inputs.iter().enumerate().find(|(_, t)| t.name == name)
+}
+
+/// Resolves the `ragged:` and `paged:` declarations of the dims into [`PerRequest`] facts.
+fn per_request_dims(decl: &KernelDecl, dims: &mut DimTable) -> Result<(), Diagnostic> {
+    for d in &decl.dims {
+        let Some(pr) = &d.per_request else { continue };
+        let v = dims.find(&d.name).expect("declared above");
+        // An index tensor: an input of dtype i32 with one axis, `[batch + 1]` when `plus_one`.
+        let table =
+            |a: &AxisDecl, role: &str, plus_one: Option<bool>| -> Result<(IndexRef, Option<DimVar>), Diagnostic> {
+                let Some((i, t)) = raw_input(decl, &a.name) else {
+                    return Err(Diagnostic::new(
+                        a.pos,
+                        format!("`{}`, the {role} of dim `{}`, is not an input of the kernel", a.name, d.name),
+                    ));
+                };
+                if t.dtype != "i32" {
+                    return Err(Diagnostic::new(
+                        a.pos,
+                        format!(
+                            "`{}` is {}, but the {role} of dim `{}` is an index tensor: declare it i32",
+                            a.name, t.dtype, d.name
+                        ),
+                    ));
+                }
+                let axis = match t.shape.as_slice() {
+                    [axis] => axis.name.as_str(),
+                    _ => "",
+                };
+                let (len, is_plus) = match axis.split_once('+') {
+                    Some((n, _)) => (n.trim(), true),
+                    None => (axis, false),
+                };
+                if plus_one.is_some_and(|p| p != is_plus) || len.is_empty() {
+                    let want = if plus_one == Some(true) { "i32[batch + 1]" } else { "i32[n]" };
+                    return Err(Diagnostic::new(
+                        t.pos,
+                        format!("`{}`, the {role} of dim `{}`, must be declared `{want}`", t.name, d.name),
+                    ));
+                }
+                let Some(len_var) = dims.find(len) else {
+                    return Err(Diagnostic::new(
+                        t.pos,
+                        format!("`{len}` in the shape of `{}` is not a declared dim", t.name),
+                    ));
+                };
+                let r = IndexRef { input: i as u32, name: t.name.clone(), len: len_var, plus_one: is_plus };
+                Ok((r, Some(len_var)))
+            };
+        let (kind, pos, batch) = match pr {
+            PerRequestDecl::Ragged { pos, indptr } => {
+                let (indptr, batch) = table(indptr, "indptr", Some(true))?;
+                (PerRequestKind::Ragged { indptr, total: None }, *pos, batch)
+            }
+            PerRequestDecl::Paged { pos, indices, indptr, page_size, last_page_len } => {
+                let need = |x: &Option<AxisDecl>, key: &str, what: &str| {
+                    x.clone()
+                        .ok_or_else(|| Diagnostic::new(*pos, format!("paged dim `{}` needs `{key}:` ({what})", d.name)))
+                };
+                let indices = need(indices, "indices", "the i32 page table")?;
+                let indptr = need(indptr, "indptr", "an i32[batch + 1] index into the page table")?;
+                let ps = need(page_size, "page_size", "slots per page: 1, or a static dim")?;
+                let (indptr, batch) = table(&indptr, "indptr", Some(true))?;
+                let (indices, _) = table(&indices, "page table", Some(false))?;
+                let page_size = match ps.name.parse::<i128>() {
+                    Ok(n) if n <= 0 => {
+                        return Err(Diagnostic::new(
+                            ps.pos,
+                            format!("the page size of paged dim `{}` must be positive, got {n}", d.name),
+                        ))
+                    }
+                    Ok(n) if n > MAX_DIM => {
+                        return Err(Diagnostic::new(ps.pos, format!("page size {n} is too large")));
+                    }
+                    Ok(n) => n as u64,
+                    Err(_) => match dims.find(&ps.name) {
+                        Some(p) if !dims.get(p).dynamic => dims.get(p).value,
+                        Some(_) => {
+                            return Err(Diagnostic::new(
+                                ps.pos,
+                                format!("the page size of `{}` must be static; `{}` is dynamic", d.name, ps.name),
+                            ))
+                        }
+                        None => {
+                            return Err(Diagnostic::new(
+                                ps.pos,
+                                format!(
+                                    "page size `{}` of `{}` is neither an integer nor a declared dim",
+                                    ps.name, d.name
+                                ),
+                            ))
+                        }
+                    },
+                };
+                let last_page_len = match last_page_len {
+                    Some(a) => {
+                        let (r, b) = table(a, "last_page_len", Some(false))?;
+                        if b != batch {
+                            return Err(Diagnostic::new(
+                                a.pos,
+                                format!("`{}` must be `i32[batch]` over the batch of its indptr", a.name),
+                            ));
+                        }
+                        Some(r)
+                    }
+                    None => None,
+                };
+                (PerRequestKind::Paged { indptr, indices, page_size, last_page_len }, *pos, batch)
+            }
+        };
+        let Some(batch) = batch else {
+            return Err(Diagnostic::new(pos, format!("the indptr of dim `{}` names no declared batch dim", d.name)));
+        };
+        if batch == v {
+            return Err(Diagnostic::new(pos, format!("dim `{}` cannot be its own batch", d.name)));
+        }
+        dims.get_mut(v).per_request = Some(PerRequest { batch, kind });
+    }
+    // A batch dim is a plain count of requests.
+    for (_, info) in dims.clone().iter() {
+        if let Some(p) = &info.per_request {
+            if dims.get(p.batch).per_request.is_some() {
+                let at = decl.dims.iter().find(|d| d.name == info.name).map_or(decl.pos, |d| d.pos);
+                return Err(Diagnostic::new(
+                    at,
+                    format!(
+                        "the batch `{}` of `{}` differs between requests itself",
+                        dims.get(p.batch).name,
+                        info.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolves `as [..]`: each storage axis to the logical axes it holds.
+fn storage_layout(
+    t: &TensorSrc,
+    shape: &[Dim],
+    groups: &[StorageAxisDecl],
+    dims: &DimTable,
+) -> Result<Layout, Diagnostic> {
+    let fail = |pos, msg: String| Err(Diagnostic::new(pos, msg));
+    let vars: Vec<DimVar> = shape.iter().filter_map(|d| d.var()).collect();
+    for (i, v) in vars.iter().enumerate() {
+        if vars[..i].contains(v) {
+            return fail(
+                t.pos,
+                format!(
+                    "`{}` has the axis `{}` twice; a tensor with a storage clause names each dim once",
+                    t.name,
+                    dims.get(*v).name
+                ),
+            );
+        }
+    }
+    // Per-request dims of this tensor and their batches: placed by their packed or paged axes.
+    let requests: Vec<DimVar> = vars.iter().copied().filter(|v| dims.get(*v).per_request.is_some()).collect();
+    for r in &requests {
+        let batch = dims.get(*r).per_request.as_ref().map(|p| p.batch).expect("a per-request dim");
+        if !vars.contains(&batch) {
+            return fail(
+                t.pos,
+                format!(
+                    "`{}` has the per-request dim `{}` but not its batch `{}`: every request has its own part",
+                    t.name,
+                    dims.get(*r).name,
+                    dims.get(batch).name
+                ),
+            );
+        }
+    }
+    let batch_of = |v: DimVar| requests.iter().any(|r| dims.get(*r).per_request.as_ref().is_some_and(|p| p.batch == v));
+    let mut placed: Vec<DimVar> = Vec::new();
+    let mut axes: Vec<StoreAxis> = Vec::new();
+    let mut elements: u128 = 1;
+    for g in groups {
+        let find = |a: &AxisDecl| dims.find(&a.name);
+        // The slot axis of the paged dim whose page axis came just before.
+        if let Some(StoreAxis::Pages { paged, .. }) = axes.last() {
+            let paged = *paged;
+            let size = match &dims.get(paged).per_request.as_ref().map(|p| &p.kind) {
+                Some(PerRequestKind::Paged { page_size, .. }) => *page_size,
+                _ => unreachable!("a pages axis is of a paged dim"),
+            };
+            let slot = match (g.grouped, g.names.as_slice()) {
+                (false, [a]) if a.name == "1" && size == 1 => Some(Dim::One),
+                (false, [a]) => find(a).filter(|v| !vars.contains(v) && dims.get(*v).value == size).map(Dim::Var),
+                _ => None,
+            };
+            let Some(slot) = slot else {
+                return fail(
+                    g.pos,
+                    format!(
+                        "after the page axis of `{}`, the storage of `{}` needs its slot axis: the page size ({size})",
+                        dims.get(paged).name,
+                        t.name
+                    ),
+                );
+            };
+            axes.push(StoreAxis::Slot { paged, size: slot });
+            elements = elements.saturating_mul(u128::from(size));
+            continue;
+        }
+        if !g.grouped && g.names[0].name == "1" {
+            axes.push(StoreAxis::One);
+            continue;
+        }
+        let mut members = Vec::new();
+        for a in &g.names {
+            let Some(v) = find(a) else {
+                return fail(a.pos, format!("`{}` in the storage of `{}` is not a declared dim", a.name, t.name));
+            };
+            members.push((a, v));
+        }
+        let (a0, v0) = members[0];
+        if !g.grouped && !vars.contains(&v0) {
+            // An axis the logical shape does not have: the packed rows or the pages of the next
+            // per-request dim not yet placed.
+            let Some(r) = requests.iter().copied().find(|r| !placed.contains(r)) else {
+                return fail(
+                    a0.pos,
+                    format!(
+                        "`{}` is not an axis of `{}`: a storage axis names its dims, `1`, `(a b ..)`, or the axis that \
+                         packs a ragged dim",
+                        a0.name, t.name
+                    ),
+                );
+            };
+            let batch = dims.get(r).per_request.as_ref().map(|p| p.batch).expect("per-request");
+            placed.push(r);
+            placed.push(batch);
+            elements = elements.saturating_mul(u128::from(dims.get(v0).value));
+            axes.push(if crate::graph::layout::is_paged(dims, r) {
+                StoreAxis::Pages { pages: v0, paged: r }
+            } else {
+                StoreAxis::Packed { total: v0, ragged: r }
+            });
+            continue;
+        }
+        for (a, v) in &members {
+            if !vars.contains(v) {
+                return fail(a.pos, format!("`{}` is not an axis of `{}`", a.name, t.name));
+            }
+            if dims.get(*v).per_request.is_some() || batch_of(*v) {
+                let what = if batch_of(*v) { "the batch of a per-request dim" } else { "a per-request dim" };
+                return fail(
+                    a.pos,
+                    format!(
+                        "`{}` is {what} of `{}`: it lies in the axis that packs the requests (name that axis, e.g. \
+                         `total`), not in an axis of its own",
+                        a.name, t.name
+                    ),
+                );
+            }
+            if placed.contains(v) {
+                return fail(a.pos, format!("`{}` appears twice in the storage of `{}`", a.name, t.name));
+            }
+            placed.push(*v);
+            elements = elements.saturating_mul(u128::from(dims.get(*v).value));
+        }
+        axes.push(StoreAxis::Dims(members.iter().map(|(_, v)| *v).collect()));
+    }
+    if let Some(StoreAxis::Pages { paged, .. }) = axes.last() {
+        return fail(
+            t.pos,
+            format!(
+                "the storage of `{}` ends at the page axis of `{}`; its slot axis must follow",
+                t.name,
+                dims.get(*paged).name
+            ),
+        );
+    }
+    if let Some(missing) = vars.iter().find(|v| !placed.contains(v)) {
+        return fail(
+            t.pos,
+            format!("axis `{}` of `{}` is in none of its storage axes", dims.get(*missing).name, t.name),
+        );
+    }
+    // The last storage axis is contiguous, and copies read the logical tensor's last axis along
+    // it (a last axis of extent 1, a row reduction's, is stored element by element).
+    let inner = shape.last().and_then(|d| d.var());
+    let last_ok = match (axes.last(), inner) {
+        (Some(StoreAxis::Dims(ds)), Some(i)) => ds.last() == Some(&i),
+        (_, None) => true,
+        _ => false,
+    };
+    if !last_ok {
+        let at = groups.last().map_or(t.pos, |g| g.pos);
+        return fail(
+            at,
+            format!(
+                "the last storage axis of `{}` must end with its last axis `{}`, which is contiguous in memory",
+                t.name,
+                inner.map_or("?".to_string(), |i| dims.get(i).name.clone())
+            ),
+        );
+    }
+    if elements > MAX_ELEMENTS {
+        return fail(t.pos, format!("the buffer of `{}` has {elements} elements, more than the limit of 2^48", t.name));
+    }
+    Ok(Layout { axes })
 }
 
 struct Binding {
@@ -336,6 +782,26 @@ impl Lowering<'_> {
         if let Some(&id) = self.memo.get(&key) {
             return Ok(id);
         }
+        let reduced = match op {
+            Op::Reduce(_, axis) => self.graph.shape(args[0]).get(axis as usize).copied(),
+            Op::MatMul => self.graph.shape(args[0]).last().copied(),
+            _ => None,
+        };
+        if let Some(Dim::Var(v)) = reduced {
+            if let Some((_, r)) =
+                self.graph.dims.iter().find(|(_, d)| d.per_request.as_ref().is_some_and(|p| p.batch == v))
+            {
+                return self.fail(
+                    offset,
+                    format!(
+                        "this reduces over `{}`, the requests of `{}`; a computation over per-request dims stays \
+                         within each request",
+                        self.graph.dims.get(v).name,
+                        r.name
+                    ),
+                );
+            }
+        }
         let id = self.graph.add(op, args).map_err(|e| Diagnostic::new(self.at(offset), e.message(&self.graph.dims)))?;
         self.memo.insert(key, id);
         Ok(id)
@@ -345,6 +811,18 @@ impl Lowering<'_> {
         match &e.kind {
             ExprKind::Num(x) => Ok(self.graph.constant(*x)),
             ExprKind::Name(name) => match self.env.get_mut(name) {
+                Some(b)
+                    if b.input
+                        && self.graph.input_index(b.node).is_some_and(|i| self.graph.inputs[i].decl.is_index()) =>
+                {
+                    self.fail(
+                        e.offset,
+                        format!(
+                            "`{name}` is an index tensor (i32): it addresses other tensors as the table of a ragged or \
+                             paged dim, and cannot be computed with"
+                        ),
+                    )
+                }
                 Some(b) => {
                     b.used = true;
                     Ok(b.node)
@@ -457,6 +935,7 @@ impl Lowering<'_> {
                 let r = if func == "sum" { ReduceOp::Sum } else { ReduceOp::Mean };
                 self.op(Op::Reduce(r, a), &xs, offset)
             }
+            "causal" => self.op(Op::Mask(Mask::Causal), &xs, offset),
             "softmax" => {
                 let a = axis(self, false)?;
                 let e = self.op(Op::Unary(UnaryOp::Exp), &[x], offset)?;

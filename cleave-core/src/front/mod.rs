@@ -16,14 +16,14 @@ mod lower;
 pub mod tokens;
 mod yaml;
 
-pub use decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
+pub use decl::{AxisDecl, Body, DimDecl, KernelDecl, PerRequestDecl, StorageAxisDecl, TensorSrc};
 pub use diag::{Diagnostic, Pos, PosMap};
 pub use expr::{lex, parse as parse_body, Arg, BinTok, Expr, ExprKind, ParseError, Stmt, Tok};
 pub use ident::{check_ident, check_name, NameKind, MAX_NAME_LEN};
 pub use lower::{
     dynamic_dims, lower, FUNCTIONS, MAX_DIM, MAX_DIMS, MAX_ELEMENTS, MAX_OPS, MAX_RANK, MAX_TENSORS, RMSNORM_EPS,
 };
-pub use yaml::{parse_tensor_type, parse_yaml};
+pub use yaml::{parse_tensor_type, parse_yaml, TensorType};
 
 use crate::graph::ValidGraph;
 

@@ -9,7 +9,9 @@
 //! ```
 //!
 //! The fields mirror `kernels.yaml` and may come in any order. `dyn N` marks a runtime axis
-//! whose representative extent is `N`. The body is the expression language of the YAML form:
+//! whose representative extent is `N`; `ragged(indptr) N` and `paged(indices = .., indptr = ..,
+//! page_size = .., last_page_len = ..) N` mark a per-request one. A tensor's buffer axes follow
+//! its type as in the YAML form: `q: bf16[b, g, r, d] as [b, (g r), d]`. The body is the expression language of the YAML form:
 //! its tokens are written out as text and go through the same parser, so both front ends accept
 //! exactly the same bodies. Statements are separated by `;` or simply follow each other
 //! (`a = .. b = ..`), because token streams carry no line breaks.
@@ -23,7 +25,7 @@
 
 use proc_macro2::{Delimiter, Spacing, Span, TokenStream, TokenTree};
 
-use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
+use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, PerRequestDecl, StorageAxisDecl, TensorSrc};
 use super::diag::{Pos, PosMap};
 
 /// The line of the synthetic positions given to the fields of a declaration.
@@ -114,8 +116,20 @@ pub fn canonical(decl: &KernelDecl) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "name {}", decl.name);
+    let name = |a: &Option<AxisDecl>| a.as_ref().map_or("-", |a| a.name.as_str()).to_string();
     for d in &decl.dims {
-        let _ = writeln!(s, "dim {} {} {}", d.name, d.value, if d.dynamic { "dynamic" } else { "static" });
+        let _ = write!(s, "dim {} {} {}", d.name, d.value, if d.dynamic { "dynamic" } else { "static" });
+        match &d.per_request {
+            None => {}
+            Some(PerRequestDecl::Ragged { indptr, .. }) => {
+                let _ = write!(s, " ragged {}", indptr.name);
+            }
+            Some(PerRequestDecl::Paged { indices, indptr, page_size, last_page_len, .. }) => {
+                let _ =
+                    write!(s, " paged {} {} {} {}", name(indices), name(indptr), name(page_size), name(last_page_len));
+            }
+        }
+        s.push('\n');
     }
     let tensor = |s: &mut String, role: &str, t: &TensorSrc| {
         let axes: Vec<&str> = t.shape.iter().map(|a| a.name.as_str()).collect();
@@ -123,6 +137,20 @@ pub fn canonical(decl: &KernelDecl) -> String {
         if let Some(r) = &t.reduce {
             let names: Vec<&str> = r.iter().map(|a| a.name.as_str()).collect();
             let _ = write!(s, " reduce [{}]", names.join(", "));
+        }
+        if let Some(st) = &t.storage {
+            let axes: Vec<String> = st
+                .iter()
+                .map(|g| {
+                    let names: Vec<&str> = g.names.iter().map(|a| a.name.as_str()).collect();
+                    if g.grouped {
+                        format!("({})", names.join(" "))
+                    } else {
+                        names.join(" ")
+                    }
+                })
+                .collect();
+            let _ = write!(s, " as [{}]", axes.join(", "));
         }
         s.push('\n');
     };
@@ -253,6 +281,15 @@ impl Parser {
         for entry in split_commas(&inner) {
             let (name, rest) = named_entry(entry, "a dim", "s: dyn 4096")?;
             let pos = self.at(name.span());
+            let (per_request, rest) = match rest {
+                [TokenTree::Ident(kind), TokenTree::Group(args), rest @ ..]
+                    if (kind == "ragged" || kind == "paged") && args.delimiter() == Delimiter::Parenthesis =>
+                {
+                    let kpos = self.at(kind.span());
+                    (Some(self.per_request(&name.to_string(), kind, kpos, args)?), rest)
+                }
+                rest => (None, rest),
+            };
             let (dynamic, rest) = match rest {
                 [TokenTree::Ident(d), rest @ ..] if d == "dyn" => {
                     if rest.is_empty() {
@@ -267,11 +304,76 @@ impl Parser {
                 }
                 rest => (false, rest),
             };
+            if rest.is_empty() {
+                return error(
+                    name.span(),
+                    format!(
+                        "dim `{name}` needs a representative extent to schedule for, e.g. `{name}: ragged(indptr) 512`"
+                    ),
+                );
+            }
             let (value, value_span) = integer(&name.to_string(), rest)?;
             let value_pos = self.at(value_span);
-            out.push(DimDecl { name: name.to_string(), pos, value, value_pos, dynamic });
+            out.push(DimDecl { name: name.to_string(), pos, value, value_pos, dynamic, per_request });
         }
         Ok(out)
+    }
+
+    /// `ragged(indptr)` or `paged(indices = a, indptr = b, page_size = 64, last_page_len = c)`.
+    fn per_request(
+        &mut self,
+        dim: &str,
+        kind: &proc_macro2::Ident,
+        pos: Pos,
+        args: &proc_macro2::Group,
+    ) -> syn::Result<PerRequestDecl> {
+        let tokens = flatten(args.stream());
+        if kind == "ragged" {
+            return match tokens.as_slice() {
+                [TokenTree::Ident(t)] => {
+                    Ok(PerRequestDecl::Ragged { pos, indptr: AxisDecl { name: t.to_string(), pos: self.at(t.span()) } })
+                }
+                _ => error(
+                    args.span(),
+                    format!(
+                        "`ragged` of dim `{dim}` names the `i32[batch + 1]` tensor that packs it: `ragged(indptr)`"
+                    ),
+                ),
+            };
+        }
+        let (mut indices, mut indptr, mut page_size, mut last_page_len) = (None, None, None, None);
+        for entry in split_commas(&tokens) {
+            let (key, value) = match entry {
+                [TokenTree::Ident(k), TokenTree::Punct(eq), v] if eq.as_char() == '=' => (k, v),
+                [first, ..] => {
+                    return error(
+                        first.span(),
+                        format!("`paged` of dim `{dim}` takes `key = value` pairs, found `{}`", join(entry)),
+                    )
+                }
+                [] => continue,
+            };
+            let slot = match key.to_string().as_str() {
+                "indices" => &mut indices,
+                "indptr" => &mut indptr,
+                "page_size" => &mut page_size,
+                "last_page_len" => &mut last_page_len,
+                other => return error(
+                    key.span(),
+                    format!(
+                        "unknown key `{other}` in `paged` of dim `{dim}`; expected `indices`, `indptr`, `page_size` \
+                             and optionally `last_page_len`"
+                    ),
+                ),
+            };
+            let (text, span) = match value {
+                TokenTree::Ident(i) => (i.to_string(), i.span()),
+                TokenTree::Literal(l) => (l.to_string(), l.span()),
+                other => return error(other.span(), format!("expected a name or an integer, found `{other}`")),
+            };
+            *slot = Some(AxisDecl { name: text, pos: self.at(span) });
+        }
+        Ok(PerRequestDecl::Paged { pos, indices, indptr, page_size, last_page_len })
     }
 
     /// `{ x: f16[s, d], .. }`
@@ -281,9 +383,16 @@ impl Parser {
         for entry in split_commas(&inner) {
             let (name, rest) = named_entry(entry, "a tensor", "x: f16[s, d]")?;
             let pos = self.at(name.span());
-            let (dtype, shape) = match rest {
+            let (dtype, shape, storage) = match rest {
                 [TokenTree::Ident(dtype), TokenTree::Group(shape)] if shape.delimiter() == Delimiter::Bracket => {
-                    (dtype, shape)
+                    (dtype, shape, None)
+                }
+                [TokenTree::Ident(dtype), TokenTree::Group(shape), TokenTree::Ident(kw), TokenTree::Group(storage)]
+                    if shape.delimiter() == Delimiter::Bracket
+                        && kw == "as"
+                        && storage.delimiter() == Delimiter::Bracket =>
+                {
+                    (dtype, shape, Some(storage))
                 }
                 [first, ..] => {
                     return error(
@@ -300,6 +409,12 @@ impl Parser {
                 let (text, span) = match axis {
                     [TokenTree::Ident(dim)] => (dim.to_string(), dim.span()),
                     [TokenTree::Literal(lit)] => (lit.to_string(), lit.span()),
+                    // `n + 1`: the length of an `indptr` over `n` requests.
+                    [TokenTree::Ident(dim), TokenTree::Punct(plus), TokenTree::Literal(one)]
+                        if plus.as_char() == '+' =>
+                    {
+                        (format!("{dim} + {one}"), dim.span())
+                    }
                     [first, ..] => {
                         return error(
                             first.span(),
@@ -310,6 +425,51 @@ impl Parser {
                 };
                 axes.push(AxisDecl { name: text, pos: self.at(span) });
             }
+            let storage = match storage {
+                None => None,
+                Some(group) => {
+                    let mut groups = Vec::new();
+                    let tokens = flatten(group.stream());
+                    for axis in split_commas(&tokens) {
+                        let one = |this: &mut Self, t: &TokenTree| -> syn::Result<AxisDecl> {
+                            match t {
+                                TokenTree::Ident(i) => Ok(AxisDecl { name: i.to_string(), pos: this.at(i.span()) }),
+                                TokenTree::Literal(l) => Ok(AxisDecl { name: l.to_string(), pos: this.at(l.span()) }),
+                                other => error(
+                                    other.span(),
+                                    format!("a storage axis of `{name}` is a dim, `1` or `(a b ..)`, found `{other}`"),
+                                ),
+                            }
+                        };
+                        match axis {
+                            [TokenTree::Group(g)] if g.delimiter() == Delimiter::Parenthesis => {
+                                let pos = self.at(g.span());
+                                let inner = flatten(g.stream());
+                                let names = inner.iter().map(|t| one(self, t)).collect::<syn::Result<Vec<_>>>()?;
+                                if names.is_empty() {
+                                    return error(g.span(), format!("empty `()` in the storage of `{name}`"));
+                                }
+                                groups.push(StorageAxisDecl { names, grouped: true, pos });
+                            }
+                            [t] => {
+                                let a = one(self, t)?;
+                                groups.push(StorageAxisDecl { pos: a.pos, names: vec![a], grouped: false });
+                            }
+                            [first, ..] => {
+                                return error(
+                                    first.span(),
+                                    format!(
+                                        "a storage axis of `{name}` is a dim, `1` or `(a b ..)`, found `{}`",
+                                        join(axis)
+                                    ),
+                                )
+                            }
+                            [] => {}
+                        }
+                    }
+                    Some(groups)
+                }
+            };
             out.push(TensorSrc {
                 name: name.to_string(),
                 pos,
@@ -317,6 +477,7 @@ impl Parser {
                 dtype_pos,
                 shape: axes,
                 reduce: None,
+                storage,
             });
         }
         Ok(out)

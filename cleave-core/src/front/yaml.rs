@@ -2,7 +2,7 @@
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
-use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, TensorSrc};
+use super::decl::{AxisDecl, Body, DimDecl, KernelDecl, PerRequestDecl, StorageAxisDecl, TensorSrc};
 use super::diag::{Diagnostic, Pos, PosMap};
 
 fn pos_of(node: &MarkedYaml<'_>) -> Pos {
@@ -218,10 +218,11 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
     for (k, v) in mapping(node, "`dims`")? {
         let name = as_str(k).unwrap_or_default().to_string();
         let pos = pos_of(k);
-        let (value_node, dynamic) = match &v.data {
+        let (value_node, dynamic, per_request) = match &v.data {
             YamlData::Mapping(_) => {
                 let mut value = None;
                 let mut dynamic = false;
+                let mut per_request = None;
                 for (mk, mv) in mapping(v, &format!("dim `{name}`"))? {
                     match as_str(mk) {
                         Some("value") => value = Some(mv),
@@ -234,10 +235,25 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                                 ))
                             }
                         },
+                        Some(key @ ("ragged" | "paged")) => {
+                            if per_request.is_some() {
+                                return Err(Diagnostic::new(
+                                    pos_of(mk),
+                                    format!("dim `{name}` is declared both ragged and paged; it is one or the other"),
+                                ));
+                            }
+                            per_request = Some(if key == "ragged" {
+                                ragged_decl(mk, mv, &name)?
+                            } else {
+                                paged_decl(mk, mv, &name)?
+                            });
+                        }
                         Some(other) => {
                             return Err(Diagnostic::new(
                                 pos_of(mk),
-                                format!("unknown key `{other}` in dim `{name}`; expected `value` and `dynamic`"),
+                                format!(
+                                    "unknown key `{other}` in dim `{name}`; expected `value`, `dynamic`, `ragged` or `paged`"
+                                ),
                             ))
                         }
                         None => unreachable!(),
@@ -246,9 +262,9 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                 let value = value.ok_or_else(|| {
                     Diagnostic::new(pos_of(v), format!("dim `{name}` is missing `value:` (its representative size)"))
                 })?;
-                (value, dynamic)
+                (value, dynamic, per_request)
             }
-            _ => (v, false),
+            _ => (v, false, None),
         };
         let value = match &value_node.data {
             YamlData::Value(Scalar::Integer(i)) => i128::from(*i),
@@ -260,9 +276,65 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                 ))
             }
         };
-        out.push(DimDecl { name, pos, value, value_pos: pos_of(value_node), dynamic });
+        out.push(DimDecl { name, pos, value, value_pos: pos_of(value_node), dynamic, per_request });
     }
     Ok(out)
+}
+
+/// A name given as a YAML scalar (a string, or an integer where a page size may be one).
+fn name_of(node: &MarkedYaml<'_>, integer_ok: bool) -> Option<AxisDecl> {
+    match &node.data {
+        YamlData::Value(Scalar::String(s)) => Some(AxisDecl { name: s.trim().to_string(), pos: pos_of(node) }),
+        YamlData::Value(Scalar::Integer(i)) if integer_ok => Some(AxisDecl { name: i.to_string(), pos: pos_of(node) }),
+        _ => None,
+    }
+}
+
+/// `ragged: indptr`.
+fn ragged_decl(key: &MarkedYaml<'_>, v: &MarkedYaml<'_>, dim: &str) -> Result<PerRequestDecl, Diagnostic> {
+    let Some(indptr) = name_of(v, false) else {
+        return Err(Diagnostic::new(
+            pos_of(v),
+            format!(
+                "`ragged` of dim `{dim}` names the `i32[batch + 1]` tensor that packs it (`ragged: qo_indptr`), found {}",
+                describe(v)
+            ),
+        ));
+    };
+    if indptr.name.is_empty() {
+        return Err(Diagnostic::new(pos_of(v), format!("ragged dim `{dim}` has no `indptr` tensor")));
+    }
+    Ok(PerRequestDecl::Ragged { pos: pos_of(key), indptr })
+}
+
+/// `paged: { indices: .., indptr: .., page_size: .., last_page_len: .. }`.
+fn paged_decl(key: &MarkedYaml<'_>, v: &MarkedYaml<'_>, dim: &str) -> Result<PerRequestDecl, Diagnostic> {
+    let (mut indices, mut indptr, mut page_size, mut last_page_len) = (None, None, None, None);
+    for (mk, mv) in mapping(v, &format!("`paged` of dim `{dim}`"))? {
+        let k = as_str(mk).unwrap_or_default();
+        let slot = match k {
+            "indices" => &mut indices,
+            "indptr" => &mut indptr,
+            "page_size" => &mut page_size,
+            "last_page_len" => &mut last_page_len,
+            other => return Err(Diagnostic::new(
+                pos_of(mk),
+                format!(
+                    "unknown key `{other}` in `paged` of dim `{dim}`; expected `indices`, `indptr`, `page_size` and \
+                         optionally `last_page_len`"
+                ),
+            )),
+        };
+        let Some(name) = name_of(mv, k == "page_size") else {
+            let want = if k == "page_size" { "a dim name or a positive integer" } else { "a tensor name" };
+            return Err(Diagnostic::new(
+                pos_of(mv),
+                format!("`{k}` in `paged` of dim `{dim}` must be {want}, found {}", describe(mv)),
+            ));
+        };
+        *slot = Some(name);
+    }
+    Ok(PerRequestDecl::Paged { pos: pos_of(key), indices, indptr, page_size, last_page_len })
 }
 
 fn tensor_list(node: &MarkedYaml<'_>, what: &str, allow_reduce: bool) -> Result<Vec<TensorSrc>, Diagnostic> {
@@ -299,8 +371,8 @@ fn tensor_list(node: &MarkedYaml<'_>, what: &str, allow_reduce: bool) -> Result<
                 format!("the type of `{name}` must look like `f16[h, s, d]`, found {}", describe(ty_node)),
             ));
         };
-        let (dtype, dtype_pos, shape) = parse_tensor_type(ty, pos_of(ty_node))?;
-        out.push(TensorSrc { name, pos, dtype, dtype_pos, shape, reduce });
+        let (dtype, dtype_pos, shape, storage) = parse_tensor_type(ty, pos_of(ty_node))?;
+        out.push(TensorSrc { name, pos, dtype, dtype_pos, shape, reduce, storage });
     }
     Ok(out)
 }
@@ -323,18 +395,22 @@ fn reduce_list(node: &MarkedYaml<'_>, tensor: &str) -> Result<Vec<AxisDecl>, Dia
         .collect()
 }
 
-/// Parses `f16[h, s, d]` written at `at`; positions of parts are offsets from `at`.
-pub fn parse_tensor_type(ty: &str, at: Pos) -> Result<(String, Pos, Vec<AxisDecl>), Diagnostic> {
+/// A parsed tensor type: the dtype, its position, the shape's axes and the storage's, if an
+/// `as [..]` clause gives one.
+pub type TensorType = (String, Pos, Vec<AxisDecl>, Option<Vec<StorageAxisDecl>>);
+
+/// Parses `f16[h, s, d]`, or `bf16[b, g, r, d] as [b, (g r), d]`, written at `at`; positions of
+/// parts are offsets from `at`.
+pub fn parse_tensor_type(ty: &str, at: Pos) -> Result<TensorType, Diagnostic> {
     let col = |off: usize| Pos::new(at.line, at.col + ty[..off].chars().count() as u32);
     let lead = ty.len() - ty.trim_start().len();
     let Some(open) = ty.find('[') else {
         return Err(Diagnostic::new(at, format!("expected a tensor type like `f16[h, s, d]`, found `{ty}`")));
     };
     let dtype = ty[..open].trim().to_string();
-    if !ty.trim_end().ends_with(']') {
+    let Some(close) = ty[open..].find(']').map(|c| open + c) else {
         return Err(Diagnostic::new(col(ty.len()), format!("expected `]` to close the shape of `{ty}`")));
-    }
-    let close = ty.rfind(']').unwrap_or(ty.len());
+    };
     let inner = &ty[open + 1..close];
     let mut shape = Vec::new();
     if !inner.trim().is_empty() {
@@ -349,5 +425,93 @@ pub fn parse_tensor_type(ty: &str, at: Pos) -> Result<(String, Pos, Vec<AxisDecl
             off += part.len() + 1;
         }
     }
-    Ok((dtype, col(lead), shape))
+    let rest = &ty[close + 1..];
+    if rest.trim().is_empty() {
+        return Ok((dtype, col(lead), shape, None));
+    }
+    let rest_at = close + 1 + (rest.len() - rest.trim_start().len());
+    let after_as =
+        rest.trim_start().strip_prefix("as").filter(|r| r.starts_with(|c: char| c.is_whitespace() || c == '['));
+    let Some(after_as) = after_as else {
+        return Err(Diagnostic::new(
+            col(rest_at),
+            format!("expected `as [..]` (the buffer's axes) or nothing after the shape of `{ty}`"),
+        ));
+    };
+    let sopen = ty.len() - after_as.trim_start().len();
+    if !ty[sopen..].starts_with('[') || !ty.trim_end().ends_with(']') {
+        return Err(Diagnostic::new(
+            col(sopen.min(ty.len())),
+            format!("the storage of `{ty}` must be a bracketed list of axes, e.g. `as [b, (g r), d]`"),
+        ));
+    }
+    let sclose = ty.trim_end().len() - 1;
+    let body = &ty[sopen + 1..sclose];
+    let mut storage = Vec::new();
+    let mut off = sopen + 1;
+    for part in split_top_commas(body) {
+        let trimmed = part.trim();
+        let lead_ws = part.len() - part.trim_start().len();
+        let at_part = col(off + lead_ws);
+        if trimmed.is_empty() {
+            return Err(Diagnostic::new(at_part, format!("empty axis in the storage of `{ty}`")));
+        }
+        let (grouped, names_text, names_off) = match trimmed.strip_prefix('(') {
+            Some(g) => match g.strip_suffix(')') {
+                Some(names) => (true, names, off + lead_ws + 1),
+                None => {
+                    return Err(Diagnostic::new(at_part, format!("unclosed `(` in the storage of `{ty}`")));
+                }
+            },
+            None => (false, trimmed, off + lead_ws),
+        };
+        let mut names = Vec::new();
+        let mut noff = names_off;
+        for word in names_text.split(' ') {
+            if !word.is_empty() {
+                if word.contains(['(', ')', '[', ']']) {
+                    return Err(Diagnostic::new(
+                        col(noff),
+                        format!("`{word}` in the storage of `{ty}`: a storage axis is a dim, `1` or `(a b ..)`"),
+                    ));
+                }
+                names.push(AxisDecl { name: word.to_string(), pos: col(noff) });
+            }
+            noff += word.len() + 1;
+        }
+        if names.is_empty() {
+            return Err(Diagnostic::new(at_part, format!("empty `()` in the storage of `{ty}`")));
+        }
+        if !grouped && names.len() > 1 {
+            return Err(Diagnostic::new(
+                at_part,
+                format!("`{trimmed}` in the storage of `{ty}`: write several dims of one axis as `({trimmed})`"),
+            ));
+        }
+        storage.push(StorageAxisDecl { names, grouped, pos: at_part });
+        off += part.len() + 1;
+    }
+    Ok((dtype, col(lead), shape, Some(storage)))
+}
+
+/// Splits at commas outside parentheses.
+fn split_top_commas(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    if out.len() == 1 && out[0].trim().is_empty() {
+        out.clear();
+    }
+    out
 }

@@ -54,6 +54,78 @@ pub enum DimKind {
     SplitChunk { of: DimVar, count: DimVar },
 }
 
+/// An index tensor a per-request dim reads: a graph input of dtype `i32`.
+#[derive(Clone, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub struct IndexRef {
+    /// Its index in the declared graph's inputs (the launch's `Binding::Input`).
+    pub input: u32,
+    /// Its declared name.
+    pub name: String,
+    /// The dim of its one axis.
+    pub len: DimVar,
+    /// `i32[len + 1]` (an indptr) rather than `i32[len]`.
+    pub plus_one: bool,
+}
+
+/// How a per-request dim gets its extent for request `b` of its batch dim.
+#[derive(Clone, PartialEq, Eq, Debug, Hash)]
+pub enum PerRequestKind {
+    /// `indptr[b + 1] - indptr[b]`: request `b` owns rows `indptr[b] .. indptr[b + 1]` of a
+    /// packed storage axis.
+    Ragged {
+        /// `i32[batch + 1]`.
+        indptr: IndexRef,
+        /// The extent of the storage axis that packs every request's rows (the same for every
+        /// tensor that packs this dim); `None` until a tensor's storage names it.
+        total: Option<DimVar>,
+    },
+    /// Request `b` owns pages `indices[indptr[b] .. indptr[b + 1]]`, in order, of `page_size`
+    /// slots each; its extent is `pages * page_size`, or `(pages - 1) * page_size +
+    /// last_page_len[b]` when the last page may be partial.
+    Paged {
+        /// `i32[batch + 1]`, into `indices`.
+        indptr: IndexRef,
+        /// `i32[n]`: page numbers.
+        indices: IndexRef,
+        /// Slots per page (the storage axis after the pages axis).
+        page_size: u64,
+        /// `i32[batch]`: the used slots of each request's last page.
+        last_page_len: Option<IndexRef>,
+    },
+}
+
+/// A dim whose extent differs between the requests of a batch (packed sequences, a paged KV
+/// cache). The graph computes over it as over any dynamic axis; its storage and its extent per
+/// request are facts the planner and the code generator read.
+#[derive(Clone, PartialEq, Eq, Debug, Hash)]
+pub struct PerRequest {
+    /// The batch dim whose index selects the request.
+    pub batch: DimVar,
+    /// Where the extent and the storage come from.
+    pub kind: PerRequestKind,
+}
+
+impl PerRequest {
+    /// The `indptr` table.
+    pub fn indptr(&self) -> &IndexRef {
+        match &self.kind {
+            PerRequestKind::Ragged { indptr, .. } | PerRequestKind::Paged { indptr, .. } => indptr,
+        }
+    }
+
+    /// Every index tensor it reads.
+    pub fn tables(&self) -> Vec<&IndexRef> {
+        match &self.kind {
+            PerRequestKind::Ragged { indptr, .. } => vec![indptr],
+            PerRequestKind::Paged { indptr, indices, last_page_len, .. } => {
+                let mut v = vec![indptr, indices];
+                v.extend(last_page_len);
+                v
+            }
+        }
+    }
+}
+
 /// One entry of a [`DimTable`].
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DimInfo {
@@ -66,6 +138,9 @@ pub struct DimInfo {
     pub dynamic: bool,
     /// What the variable stands for.
     pub kind: DimKind,
+    /// For a dim whose extent differs between requests: how (it is also `dynamic`, and
+    /// `value` is a representative extent).
+    pub per_request: Option<PerRequest>,
 }
 
 /// The dimension variables of one graph.
@@ -89,7 +164,7 @@ impl DimTable {
 
     /// Adds a plain variable.
     pub fn plain(&mut self, name: impl Into<String>, value: u64, dynamic: bool) -> DimVar {
-        self.push(DimInfo { name: name.into(), value, dynamic, kind: DimKind::Plain })
+        self.push(DimInfo { name: name.into(), value, dynamic, kind: DimKind::Plain, per_request: None })
     }
 
     /// The entry of `v`.
@@ -130,7 +205,13 @@ impl DimTable {
             Some(i) => DimVar(i as u32),
             None => {
                 let name = format!("s_{}", self.get(of).name);
-                self.push(DimInfo { name, value: 1, dynamic: false, kind: DimKind::SplitCount { of } })
+                self.push(DimInfo {
+                    name,
+                    value: 1,
+                    dynamic: false,
+                    kind: DimKind::SplitCount { of },
+                    per_request: None,
+                })
             }
         };
         let chunk_kind = DimKind::SplitChunk { of, count };
@@ -141,7 +222,7 @@ impl DimTable {
                 let name = format!("{}/s_{}", info.name, info.name);
                 let dynamic = info.dynamic;
                 let value = info.value;
-                self.push(DimInfo { name, value, dynamic, kind: chunk_kind })
+                self.push(DimInfo { name, value, dynamic, kind: chunk_kind, per_request: None })
             }
         };
         (count, chunk)
@@ -153,6 +234,16 @@ impl DimTable {
             Dim::One => 1,
             Dim::Var(v) => self.get(v).value,
         }
+    }
+
+    /// The per-request facts of `d`'s variable, when its extent differs between requests.
+    pub fn per_request(&self, d: Dim) -> Option<&PerRequest> {
+        d.var().and_then(|v| self.get(v).per_request.as_ref())
+    }
+
+    /// True when some dim's extent differs between requests.
+    pub fn has_per_request(&self) -> bool {
+        self.vars.iter().any(|d| d.per_request.is_some())
     }
 
     /// Renders a shape as `[h, s, d]`.

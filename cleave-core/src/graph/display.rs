@@ -68,6 +68,7 @@ impl Graph {
             Op::Transpose => format!("transpose({})", arg(0, 0)),
             Op::Reduce(r, axis) => format!("{}({}, axis={axis})", r.surface_name(), arg(0, 0)),
             Op::Split(axis) => format!("split({}, axis={axis})", arg(0, 0)),
+            Op::Mask(m) => format!("{}({})", m.name(), arg(0, 0)),
         }
     }
 }

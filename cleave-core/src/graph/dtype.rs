@@ -12,6 +12,9 @@ pub enum DType {
     BF16,
     /// IEEE binary32.
     F32,
+    /// 32-bit signed integers: index tensors (a ragged dim's `indptr`, a page table). They
+    /// address other tensors and never take part in the computation.
+    I32,
 }
 
 impl DType {
@@ -21,6 +24,7 @@ impl DType {
             "f16" => Some(DType::F16),
             "bf16" => Some(DType::BF16),
             "f32" => Some(DType::F32),
+            "i32" => Some(DType::I32),
             _ => None,
         }
     }
@@ -31,6 +35,7 @@ impl DType {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::F32 => "f32",
+            DType::I32 => "i32",
         }
     }
 
@@ -38,8 +43,13 @@ impl DType {
     pub fn size(self) -> u64 {
         match self {
             DType::F16 | DType::BF16 => 2,
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
         }
+    }
+
+    /// True for the floating-point types, the ones values are computed in.
+    pub fn is_float(self) -> bool {
+        self != DType::I32
     }
 
     /// Rounds an f64 to the nearest value representable in this type (round to nearest even),
@@ -49,6 +59,7 @@ impl DType {
             DType::F32 => x as f32 as f64,
             DType::F16 => half::f16::from_f64(x).to_f64(),
             DType::BF16 => half::bf16::from_f64(x).to_f64(),
+            DType::I32 => x.round().clamp(f64::from(i32::MIN), f64::from(i32::MAX)),
         }
     }
 }

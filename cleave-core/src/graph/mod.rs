@@ -8,14 +8,16 @@
 mod dim;
 mod display;
 mod dtype;
+pub mod layout;
 mod op;
 mod shape;
 mod valid;
 
-pub use dim::{Bindings, Dim, DimInfo, DimKind, DimTable, DimVar, Shape};
+pub use dim::{Bindings, Dim, DimInfo, DimKind, DimTable, DimVar, IndexRef, PerRequest, PerRequestKind, Shape};
 pub(crate) use display::format_const;
 pub use dtype::DType;
-pub use op::{erf, BinaryOp, Op, ReduceOp, UnaryOp};
+pub use layout::{Layout, StoreAxis};
+pub use op::{erf, BinaryOp, Mask, Op, ReduceOp, UnaryOp};
 pub use shape::{broadcast, infer, normalize_axis, ShapeError};
 pub use valid::{validate, ValidGraph, ValidationError};
 
@@ -48,8 +50,22 @@ pub struct TensorDecl {
     pub name: String,
     /// Storage type.
     pub dtype: DType,
-    /// Declared shape.
+    /// Declared shape: the logical tensor the body computes with.
     pub shape: Shape,
+    /// How the buffer lays the logical tensor out, when not dense row-major over `shape`.
+    pub layout: Option<Layout>,
+}
+
+impl TensorDecl {
+    /// A dense tensor: its buffer is its shape, row-major.
+    pub fn dense(name: impl Into<String>, dtype: DType, shape: Shape) -> TensorDecl {
+        TensorDecl { name: name.into(), dtype, shape, layout: None }
+    }
+
+    /// True for an index tensor (`i32`): it addresses other tensors and is never computed with.
+    pub fn is_index(&self) -> bool {
+        !self.dtype.is_float()
+    }
 }
 
 /// A graph input: its declaration, its node, and optionally the user's override of which of its

@@ -55,6 +55,34 @@ pub enum ReduceOp {
     Mean,
 }
 
+/// Masks over the last two axes of a tensor (rows `i`, columns `j`). A masked element is
+/// `-inf`: an `exp` makes it 0 and a `max` ignores it, so it takes no part in a softmax or a
+/// log-sum-exp.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Mask {
+    /// Keeps `j <= i + (L - S)` for `S` rows and `L` columns: the causal mask aligned at the
+    /// bottom right, so that with more columns than rows (a prefix of earlier keys) the last
+    /// row sees every column. With per-request (ragged) extents, `S` and `L` are the request's.
+    Causal,
+}
+
+impl Mask {
+    /// The declaration-language name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mask::Causal => "causal",
+        }
+    }
+
+    /// Whether element `(i, j)` of a `rows × cols` matrix is kept. `i` and `j` may run past
+    /// the extents (a tile of a ragged axis); the rule is the same affine bound.
+    pub fn keeps(self, i: u64, j: u64, rows: u64, cols: u64) -> bool {
+        match self {
+            Mask::Causal => (j as i128) <= i as i128 + cols as i128 - rows as i128,
+        }
+    }
+}
+
 /// One operation of a [`Graph`](super::Graph).
 ///
 /// Axes are stored normalized (non-negative). Every op produces one tensor.
@@ -77,6 +105,9 @@ pub enum Op {
     /// Cuts `axis` into `s` equal parts and stacks them on a new leading axis of extent `s`
     /// (the split count of the axis' variable); the cut axis becomes the chunk `K/s`.
     Split(u32),
+    /// Elementwise: the operand, or `-inf` where the mask drops the element (by its position
+    /// in the last two axes).
+    Mask(Mask),
 }
 
 impl Eq for Op {}
@@ -92,6 +123,7 @@ impl std::hash::Hash for Op {
             Op::Binary(b) => b.hash(state),
             Op::Reduce(r, a) => (r, a).hash(state),
             Op::Split(a) => a.hash(state),
+            Op::Mask(m) => m.hash(state),
         }
     }
 }
@@ -192,6 +224,8 @@ impl BinaryOp {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
+            // 0 / 0 is 0 in the language (a row with nothing unmasked); see `reference::divide`.
+            BinaryOp::Div if a == F::zero() && b == F::zero() => F::zero(),
             BinaryOp::Div => a / b,
             BinaryOp::Max => a.max(b),
         }
@@ -229,6 +263,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Reduce(r, _) => r.name(),
             Op::Split(_) => "split",
+            Op::Mask(m) => m.name(),
         }
     }
 
@@ -236,7 +271,7 @@ impl Op {
     pub fn arity(&self) -> usize {
         match self {
             Op::Input(_) | Op::Const(_) => 0,
-            Op::Transpose | Op::Unary(_) | Op::Reduce(..) | Op::Split(_) => 1,
+            Op::Transpose | Op::Unary(_) | Op::Reduce(..) | Op::Split(_) | Op::Mask(_) => 1,
             Op::MatMul | Op::Binary(_) => 2,
         }
     }

@@ -93,6 +93,12 @@ pub fn infer(op: &Op, args: &[&[Dim]], table: &mut DimTable) -> Result<Shape, Sh
         Op::Input(_) => unreachable!("inputs carry their declared shape"),
         Op::Const(_) => Ok(Vec::new()),
         Op::Unary(_) => Ok(args[0].to_vec()),
+        Op::Mask(_) => {
+            if args[0].len() < 2 {
+                return Err(ShapeError::RankTooLow { op: "a mask", rank: args[0].len() });
+            }
+            Ok(args[0].to_vec())
+        }
         Op::Binary(_) => broadcast(args[0], args[1]),
         Op::Transpose => {
             let x = args[0];

@@ -193,7 +193,7 @@ pub fn stage_cost(k: &StageKernel, dims: &DimTable, arch: &Arch) -> Cost {
                 let size = if matches!(p.binding, Binding::Workspace(_)) { 8 } else { p.dtype.size() };
                 *bytes += times * size;
             }
-            SExpr::Unary(_, a) => {
+            SExpr::Unary(_, a) | SExpr::Mask { value: a, .. } => {
                 *ops += times;
                 count(k, a, times, extent, bytes, ops);
             }

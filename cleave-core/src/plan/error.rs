@@ -37,6 +37,9 @@ pub enum PlanError {
         /// The architecture's limit.
         limit: u64,
     },
+    /// Per-request dims (ragged or paged) the schedule cannot serve.
+    #[error("per-request dims: {0}")]
+    PerRequest(&'static str),
     /// A transposed tile used by an elementwise op.
     #[error("an elementwise use of a transposed tile")]
     TransposedElementwise,

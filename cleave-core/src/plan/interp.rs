@@ -81,6 +81,8 @@ pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -
 
 fn round(dtype: DType, x: f32) -> f32 {
     match dtype {
+        // Index tensors are never loaded as values.
+        DType::I32 => x.round(),
         DType::F32 => x,
         DType::F16 => half::f16::from_f32(x).to_f32(),
         DType::BF16 => half::bf16::from_f32(x).to_f32(),
@@ -92,6 +94,8 @@ struct Block<'a> {
     dims: &'a Bindings,
     iters: BTreeMap<IterId, u64>,
     regs: Vec<Vec<f32>>,
+    /// Each parameter's value when it is a scalar (NaN otherwise).
+    scalars: Vec<f32>,
     /// The block's rows that map to elements of its outputs. Rows are independent, so the
     /// others (padding, the ragged end of an axis) are never computed: their results could only
     /// be discarded by the stores' predication.
@@ -113,7 +117,12 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
             iters.insert(a.iter, rem % n);
             rem /= n;
         }
-        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], live: Vec::new() };
+        let scalars = k
+            .params
+            .iter()
+            .map(|p| if p.is_scalar() { globals[&p.binding].1.first().copied().unwrap_or(f32::NAN) } else { f32::NAN })
+            .collect();
+        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], scalars, live: Vec::new() };
         // A row is live when any store writes it: outputs of one block can cover different
         // rows (a scalar next to a row tile).
         let mut stores = Vec::new();
@@ -230,6 +239,7 @@ impl Block<'_> {
         match e {
             Expr::Src(Src::Const(c)) => *c as f32,
             Expr::Src(Src::Extent(d)) => self.dim(*d) as f32,
+            Expr::Src(Src::Scalar(p)) => self.scalars[p.0 as usize],
             Expr::Src(Src::Reg(b)) => {
                 let b = b.0 as usize;
                 match self.k.bufs[b].kind {
@@ -269,6 +279,18 @@ impl Block<'_> {
                     self.eval(a, row, col)
                 } else {
                     *fill as f32
+                }
+            }
+            Expr::Mask(a, at) => {
+                let iters = |i: IterId| self.iters[&i];
+                let dims = |d: DimVar| self.dim(d);
+                let i = at.row.base.eval(&iters, &dims) + (row / at.row.div) % at.row.ext;
+                let j = at.col.base.eval(&iters, &dims) + col;
+                let extent = |d: Option<DimVar>| d.map_or(1, |v| self.dim(v));
+                if at.mask.keeps(i, j, extent(at.row.extent), extent(at.col.extent)) {
+                    self.eval(a, row, col)
+                } else {
+                    f32::NEG_INFINITY
                 }
             }
         }
@@ -507,8 +529,21 @@ fn stage_value(
                 BinaryOp::Add => x + y,
                 BinaryOp::Sub => x - y,
                 BinaryOp::Mul => x * y,
-                BinaryOp::Div => x / y,
+                BinaryOp::Div => x.quotient(y),
                 BinaryOp::Max => x.max(y),
+            }
+        }
+        SExpr::Mask { mask, value: v, row, col, rows, cols } => {
+            let at = |i: &Ix| match i {
+                Ix::Zero => 0,
+                Ix::Out(j) => idx[*j as usize] as u64,
+                Ix::Loop => r as u64,
+            };
+            let (nr, nc) = (dims.extent(*rows) as u64, dims.extent(*cols) as u64);
+            if mask.keeps(at(row), at(col), nr, nc) {
+                value(v, r)
+            } else {
+                X32::from_float(f32::NEG_INFINITY)
             }
         }
         SExpr::Reduce { op, extent, body } => {

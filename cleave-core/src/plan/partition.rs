@@ -206,8 +206,7 @@ fn extract(g: &Graph, part: &[Part], kernel: Part, workspaces: &[Workspace]) -> 
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let needs = |id: NodeId| users[id.index()].iter().any(|u| part[u.index()] == kernel);
-    let workspace_decl =
-        |w: usize, shape: Vec<Dim>| TensorDecl { name: workspaces[w].name.clone(), dtype: DType::F32, shape };
+    let workspace_decl = |w: usize, shape: Vec<Dim>| TensorDecl::dense(workspaces[w].name.clone(), DType::F32, shape);
     for id in g.ids() {
         let n = g.node(id);
         match (n.op, part[id.index()]) {

@@ -10,8 +10,8 @@
 
 use std::fmt::{self, Write};
 
-use crate::graph::{BinaryOp, DType, DimTable, DimVar, ReduceOp, UnaryOp};
-use crate::index::{IterId, IterNames, Limit, TMap};
+use crate::graph::{BinaryOp, DType, DimTable, DimVar, Layout, Mask, ReduceOp, StoreAxis, UnaryOp};
+use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 
 /// Index of a buffer of a [`TileKernel`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -79,6 +79,33 @@ pub enum Src {
     Const(f64),
     /// The runtime extent of a dim, as f32.
     Extent(DimVar),
+    /// A scalar input (rank 0, f32), passed to the kernel by value.
+    Scalar(ParamId),
+}
+
+/// Where an element lies along one axis of a masked tensor, in the whole axis.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Coord {
+    /// The global index of the tile's first element.
+    pub base: Affine,
+    /// The element's index in the tile: `(row / div) % ext` for the row axis, the column
+    /// itself for the column axis.
+    pub div: u64,
+    /// See `div`.
+    pub ext: u64,
+    /// The axis' extent the mask aligns with (`None`: 1).
+    pub extent: Option<DimVar>,
+}
+
+/// A mask's geometry at one element of the block.
+#[derive(Clone, PartialEq, Debug)]
+pub struct MaskAt {
+    /// Which mask.
+    pub mask: Mask,
+    /// The row (the masked tensor's second-to-last axis).
+    pub row: Coord,
+    /// The column (its last axis).
+    pub col: Coord,
 }
 
 /// An elementwise expression over block elements.
@@ -101,6 +128,8 @@ pub enum Expr {
     /// (`base < extent(bound)` fails for some limit): the last chunk of a ragged split can run
     /// past its axis, and a reduction must see its identity there, not the loads' zero fill.
     MaskSlice(Box<Expr>, Vec<Limit>, f64),
+    /// The value where the mask keeps the element, else `-inf` (a graph `Mask`).
+    Mask(Box<Expr>, Box<MaskAt>),
 }
 
 impl Expr {
@@ -133,8 +162,8 @@ impl Expr {
     pub fn bufs(&self, out: &mut Vec<BufId>) {
         match self {
             Expr::Src(Src::Reg(b) | Src::Tile(b)) => out.push(*b),
-            Expr::Src(Src::Const(_) | Src::Extent(_)) => {}
-            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) => a.bufs(out),
+            Expr::Src(Src::Const(_) | Src::Extent(_) | Src::Scalar(_)) => {}
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => a.bufs(out),
             Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
                 a.bufs(out);
                 b.bufs(out);
@@ -303,6 +332,37 @@ pub struct Param {
     pub output: bool,
     /// What it is bound to at launch.
     pub binding: Binding,
+    /// The buffer's layout when it is not the dense `shape` (inputs and outputs only).
+    pub layout: Option<Layout>,
+}
+
+impl Param {
+    /// A scalar input, passed by value.
+    pub fn is_scalar(&self) -> bool {
+        self.shape.is_empty() && !self.output && matches!(self.binding, Binding::Input(_))
+    }
+
+    /// An index tensor (i32), read only to address others.
+    pub fn is_index(&self) -> bool {
+        !self.dtype.is_float()
+    }
+
+    /// The number of axes of the buffer: its storage axes, or its shape's.
+    pub fn storage_rank(&self) -> usize {
+        self.layout.as_ref().map_or(self.shape.len(), |l| l.axes.len())
+    }
+
+    /// Whether storage axis `k` has a runtime stride (it is not the last, contiguous one, and
+    /// not a unit axis, always at index 0).
+    fn strided_axis(&self, k: usize) -> bool {
+        if k + 1 >= self.storage_rank() {
+            return false;
+        }
+        match &self.layout {
+            Some(l) => !matches!(l.axes[k], StoreAxis::One | StoreAxis::PlusOne(_)),
+            None => self.shape[k].is_some(),
+        }
+    }
 }
 
 /// What a kernel parameter is at launch time.
@@ -316,8 +376,8 @@ pub enum Binding {
     Workspace(u32),
 }
 
-/// A runtime element stride a kernel takes after its extents: axis `axis` of the input or
-/// output `binding`. Inputs and outputs are views, so that a tensor inside a larger buffer (a
+/// A runtime element stride a kernel takes after its extents: axis `axis` of the buffer of the
+/// input or output `binding` (a storage axis, when the tensor has a layout). Inputs and outputs are views, so that a tensor inside a larger buffer (a
 /// KV cache allocated for its capacity, one projection of a fused weight, a candle narrow or
 /// transpose) is read and written in place and one compile serves every stride. Workspaces are
 /// the launch's own, dense and row-major, and take none.
@@ -325,7 +385,7 @@ pub enum Binding {
 pub struct StrideParam {
     /// An `Input` or `Output` binding.
     pub binding: Binding,
-    /// The axis; never the last, which is contiguous.
+    /// The buffer axis; never the last, which is contiguous.
     pub axis: u32,
 }
 
@@ -341,15 +401,15 @@ impl StrideParam {
 }
 
 /// The one rule of which strides a kernel with these tensor parameters takes, in parameter
-/// order: every axis of an input or output but the last, except unit axes (always index 0).
-/// The code generators name them in the kernel's signature and the plan data passes them in
-/// this order, so the two cannot disagree.
+/// order: every axis of the buffer of an input or output but the last, except unit axes
+/// (always index 0); index tensors and scalars take none. The code generators name them in the
+/// kernel's signature and the plan data passes them in this order, so the two cannot disagree.
 pub fn stride_params(params: &[Param]) -> Vec<StrideParam> {
     let mut out = Vec::new();
-    for p in params.iter().filter(|p| is_view(p.binding)) {
-        for (a, d) in p.shape.iter().enumerate().take(p.shape.len().saturating_sub(1)) {
-            if d.is_some() {
-                out.push(StrideParam { binding: p.binding, axis: a as u32 });
+    for p in params.iter().filter(|p| is_view(p.binding) && !p.is_index() && !p.is_scalar()) {
+        for k in 0..p.storage_rank() {
+            if p.strided_axis(k) {
+                out.push(StrideParam { binding: p.binding, axis: k as u32 });
             }
         }
     }
@@ -494,6 +554,7 @@ impl ShowKernel<'_> {
             Expr::Src(Src::Reg(b) | Src::Tile(b)) => self.name(*b).to_string(),
             Expr::Src(Src::Const(c)) => format!("{c:?}"),
             Expr::Src(Src::Extent(d)) => self.dims.get(*d).name.clone(),
+            Expr::Src(Src::Scalar(p)) => self.kernel.params[p.0 as usize].name.clone(),
             Expr::Unary(UnaryOp::Neg, a) => format!("-{}", self.expr(a)),
             Expr::Unary(u, a) => format!("{}({})", u.name(), self.expr(a)),
             Expr::Binary(BinaryOp::Max, a, b) => format!("max({}, {})", self.expr(a), self.expr(b)),
@@ -503,6 +564,7 @@ impl ShowKernel<'_> {
             Expr::ExpDiff(a, b) => format!("exp({} - {})", self.expr(a), self.expr(b)),
             Expr::MaskCols(a, _, fill) => format!("mask({}, {fill:?})", strip(&self.expr(a))),
             Expr::MaskSlice(a, _, fill) => format!("mask_slice({}, {fill:?})", strip(&self.expr(a))),
+            Expr::Mask(a, at) => format!("{}({})", at.mask.name(), strip(&self.expr(a))),
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use super::error::PlanError;
 use super::partition::{Workspace, WorkspaceType};
 use super::program::{Binding, GridAxis, Param, ParamId};
-use crate::graph::{BinaryOp, DType, Dim, DimTable, DimVar, Graph, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
+use crate::graph::{BinaryOp, DType, Dim, DimTable, DimVar, Graph, Mask, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
 use crate::index::IterId;
 
 /// Threads per block of a stage kernel.
@@ -50,6 +50,22 @@ pub enum SExpr {
     Unary(UnaryOp, Box<SExpr>),
     /// An elementwise op of two operands.
     Binary(BinaryOp, Box<SExpr>, Box<SExpr>),
+    /// The value where the mask keeps element `(row, col)` of a `rows × cols` matrix, else
+    /// `-inf`.
+    Mask {
+        /// Which mask.
+        mask: Mask,
+        /// The value.
+        value: Box<SExpr>,
+        /// The element's row index.
+        row: Ix,
+        /// Its column index.
+        col: Ix,
+        /// The rows' extent.
+        rows: Dim,
+        /// The columns' extent.
+        cols: Dim,
+    },
     /// The stage's reduction: `op` over `body` for every value of the loop index below
     /// `extent`. Only the root of a stage's tree is one.
     Reduce {
@@ -113,6 +129,7 @@ impl StageKernel {
                     let n = dims.show(&[*extent]);
                     format!("{}(r < {}: {})", op.name(), n.trim_matches(['[', ']']), go(k, body, dims, ix))
                 }
+                SExpr::Mask { mask, value, .. } => format!("{}({})", mask.name(), go(k, value, dims, ix)),
             }
         }
         let out = &self.params[self.out.0 as usize];
@@ -166,6 +183,14 @@ impl Builder<'_> {
             Op::Const(c) => SExpr::Const(c),
             Op::Input(i) => SExpr::Load { param: params.get(Binding::Input(i)), index: at.to_vec() },
             Op::Unary(u) => SExpr::Unary(u, Box::new(self.expr(n.args[0], at, root, params)?)),
+            Op::Mask(mask) => SExpr::Mask {
+                mask,
+                value: Box::new(self.expr(n.args[0], at, root, params)?),
+                row: at[rank - 2],
+                col: at[rank - 1],
+                rows: n.shape[rank - 2],
+                cols: n.shape[rank - 1],
+            },
             Op::Binary(b) => {
                 let (x, y) = (self.broadcast(n.args[0], at), self.broadcast(n.args[1], at));
                 let x = self.expr(n.args[0], &x, root, params)?;
@@ -237,20 +262,27 @@ impl Params<'_> {
         if let Some(i) = self.list.iter().position(|p| p.binding == b) {
             return ParamId(i as u32);
         }
-        let (name, dtype, shape, output) = match b {
+        let (name, dtype, shape, output, layout) = match b {
             Binding::Input(i) => {
                 let d = &self.g.inputs[i as usize].decl;
-                (d.name.clone(), d.dtype, d.shape.clone(), false)
+                (d.name.clone(), d.dtype, d.shape.clone(), false, d.layout.clone())
             }
             Binding::Output(o) => {
                 let d = &self.g.outputs[o as usize].decl;
-                (d.name.clone(), d.dtype, d.shape.clone(), true)
+                (d.name.clone(), d.dtype, d.shape.clone(), true, d.layout.clone())
             }
             // Workspaces are read here (the stage that writes one adds it as its output first);
             // their shapes are filled in once every workspace is known.
-            Binding::Workspace(w) => (format!("ws{w}"), DType::F32, Vec::new(), false),
+            Binding::Workspace(w) => (format!("ws{w}"), DType::F32, Vec::new(), false, None),
         };
-        self.list.push(Param { name, dtype, shape: shape.iter().map(|d| d.var()).collect(), output, binding: b });
+        self.list.push(Param {
+            name,
+            dtype,
+            shape: shape.iter().map(|d| d.var()).collect(),
+            output,
+            binding: b,
+            layout,
+        });
         ParamId(self.list.len() as u32 - 1)
     }
 }
@@ -262,6 +294,9 @@ fn out_index(space: &[Dim]) -> Vec<Ix> {
 
 /// The stages of `g`, in launch order, and the workspaces between them.
 pub fn stages(g: &ValidGraph) -> Result<(Vec<StageKernel>, Vec<Workspace>), PlanError> {
+    if g.dims.has_per_request() {
+        return Err(PlanError::PerRequest("the fallback stages have no work list for per-request dims"));
+    }
     let mut b = Builder { g, workspaces: BTreeMap::new(), pending: Vec::new() };
     // Outputs first, to learn which reductions later stages need; then those, until every
     // workspace read has a stage that writes it.
@@ -292,6 +327,7 @@ pub fn stages(g: &ValidGraph) -> Result<(Vec<StageKernel>, Vec<Workspace>), Plan
             shape: shape.iter().map(|d| d.var()).collect(),
             output: true,
             binding: Binding::Workspace(w),
+            layout: None,
         });
         let value = b.expr(id, &out_index(&shape), id, &mut params)?;
         workspace_exprs.push((id, value, params.list));
@@ -383,6 +419,11 @@ fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> Stage
                 reduce_dims(body, f);
             }
             SExpr::Unary(_, a) => reduce_dims(a, f),
+            SExpr::Mask { value, rows, cols, .. } => {
+                f(*rows);
+                f(*cols);
+                reduce_dims(value, f);
+            }
             SExpr::Binary(_, a, b) => {
                 reduce_dims(a, f);
                 reduce_dims(b, f);

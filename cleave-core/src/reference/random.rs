@@ -1,8 +1,8 @@
 //! Seeded random inputs: the same seed always gives the same tensors, and values are rounded
 //! to the input's dtype so the reference sees exactly what a kernel sees.
 
-use super::Tensor;
-use crate::graph::{Bindings, ValidGraph};
+use super::{buffer_shape, Tensor};
+use crate::graph::{Bindings, Dim, DimVar, PerRequestKind, StoreAxis, ValidGraph};
 
 /// A small, fast, seedable generator (xoshiro256**, seeded through splitmix64).
 #[derive(Clone, Debug)]
@@ -89,6 +89,106 @@ pub fn random_inputs(graph: &ValidGraph, bindings: &Bindings, seed: u64, scale: 
             let std = scale.of(&input.decl.name);
             let data = (0..n).map(|_| input.decl.dtype.round(std * rng.normal())).collect();
             Tensor { shape, data }
+        })
+        .collect()
+}
+
+/// The extents a random workload's requests must have, by per-request dim: request `b` of
+/// `dim` gets `lengths[b]`. Dims not listed are drawn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requests(pub Vec<(DimVar, Vec<u64>)>);
+
+/// A random workload for a graph with layouts: its index tables, valid and shuffled, and its
+/// value buffers (storage shape, row-major), in graph input order.
+///
+/// Each per-request dim's extents are `requests`' or drawn in `0..=2 · value` (its value in
+/// `bindings`, so that some requests are empty and lengths are rarely multiples of a tile). A
+/// ragged dim's rows are packed in order with 3 spare rows at the end; a paged dim's pages are
+/// a random sample of a pool 5 pages larger than it needs, each request's in shuffled order,
+/// and its table has 2 spare entries past the last request's. The dims those imply (the packed
+/// axis' extent, the table's length, the pool's size) are written into `bindings`.
+pub fn random_buffers(
+    graph: &ValidGraph,
+    bindings: &mut Bindings,
+    seed: u64,
+    scale: &InputScale,
+    requests: &Requests,
+) -> Vec<Tensor> {
+    let mut rng = Rng::new(seed ^ 0x7ab1e5);
+    let g = &graph;
+    let mut tables: Vec<Option<Tensor>> = vec![None; g.inputs.len()];
+    for (v, info) in g.dims.iter() {
+        let Some(pr) = &info.per_request else { continue };
+        let n = bindings.extent(Dim::Var(pr.batch));
+        let rep = bindings.values[v.index()].max(1);
+        let mut lens: Vec<u64> = match requests.0.iter().find(|(d, _)| *d == v) {
+            Some((_, l)) => l.clone(),
+            None => (0..n).map(|_| rng.below(2 * rep + 1)).collect(),
+        };
+        lens.resize(n, 0);
+        let prefix = |sizes: &[u64]| -> Vec<f64> {
+            let mut acc = 0u64;
+            std::iter::once(0.0)
+                .chain(sizes.iter().map(|s| {
+                    acc += s;
+                    acc as f64
+                }))
+                .collect()
+        };
+        match &pr.kind {
+            PerRequestKind::Ragged { indptr, total } => {
+                let p = prefix(&lens);
+                if let Some(t) = total {
+                    bindings.values[t.index()] = p[n] as u64 + 3;
+                }
+                tables[indptr.input as usize] = Some(Tensor { shape: vec![n + 1], data: p });
+            }
+            PerRequestKind::Paged { indptr, indices, page_size, last_page_len } => {
+                let ps = *page_size;
+                let pages: Vec<u64> = lens.iter().map(|l| l.div_ceil(ps)).collect();
+                let used: u64 = pages.iter().sum();
+                let pool = used + 5;
+                let nnz = used + 2;
+                // A random injective draw of the pool's pages for the requests' entries.
+                let mut order: Vec<u64> = (0..pool).collect();
+                for i in (1..order.len()).rev() {
+                    let j = rng.below(i as u64 + 1) as usize;
+                    order.swap(i, j);
+                }
+                let mut idx: Vec<f64> = order[..used as usize].iter().map(|p| *p as f64).collect();
+                idx.extend((0..nnz - used).map(|_| rng.below(pool) as f64));
+                tables[indptr.input as usize] = Some(Tensor { shape: vec![n + 1], data: prefix(&pages) });
+                tables[indices.input as usize] = Some(Tensor { shape: vec![nnz as usize], data: idx });
+                bindings.values[indices.len.index()] = nnz;
+                for i in &g.inputs {
+                    for a in i.decl.layout.iter().flat_map(|l| &l.axes) {
+                        if let StoreAxis::Pages { pages: d, paged } = a {
+                            if *paged == v {
+                                bindings.values[d.index()] = pool;
+                            }
+                        }
+                    }
+                }
+                if let Some(l) = last_page_len {
+                    let last = lens.iter().zip(&pages).map(|(len, p)| if *p == 0 { 1 } else { len - (p - 1) * ps });
+                    tables[l.input as usize] = Some(Tensor { shape: vec![n], data: last.map(|x| x as f64).collect() });
+                }
+            }
+        }
+    }
+    bindings.complete(&g.dims);
+    g.inputs
+        .iter()
+        .zip(tables)
+        .map(|(input, table)| match table {
+            Some(t) => t,
+            None => {
+                let shape = buffer_shape(&input.decl, bindings);
+                let n: usize = shape.iter().product();
+                let std = scale.of(&input.decl.name);
+                let data = (0..n).map(|_| input.decl.dtype.round(std * rng.normal())).collect();
+                Tensor { shape, data }
+            }
         })
         .collect()
 }

@@ -42,7 +42,7 @@ pub fn operand_tmaps(
     let need_reduced = || reduced.cloned().ok_or(ScheduleError::NoReducedRange(node));
     Ok(match n.op {
         Op::Input(_) | Op::Const(_) => Vec::new(),
-        Op::Unary(_) => vec![out.clone()],
+        Op::Unary(_) | Op::Mask(_) => vec![out.clone()],
         Op::Binary(_) => n.args.iter().map(|a| aligned(*a, &out.axes)).collect(),
         Op::Transpose => {
             let mut axes = out.axes.clone();

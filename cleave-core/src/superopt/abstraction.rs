@@ -187,7 +187,7 @@ mod tests {
         let mut t = crate::graph::DimTable::new();
         let [h, s, d, l, e] = ["h", "s", "d", "l", "e"].map(|n| Dim::Var(t.plain(n, 4, false)));
         let mut g = Graph::new("att", t);
-        let decl = |name: &str, shape: Vec<Dim>| TensorDecl { name: name.into(), dtype: DType::F32, shape };
+        let decl = |name: &str, shape: Vec<Dim>| TensorDecl::dense(name, DType::F32, shape);
         let q = g.add_input(decl("q", vec![h, s, d]));
         let k = g.add_input(decl("k", vec![h, l, d]));
         let v = g.add_input(decl("v", vec![h, l, e]));

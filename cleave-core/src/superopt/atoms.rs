@@ -22,6 +22,9 @@ pub struct Atoms {
     per_var: Vec<AtomMask>,
     /// Per variable: whether axes of it may be reduced or split.
     reducible: Vec<bool>,
+    /// Per variable: the atoms of the unsplit variable (a split count or chunk stands for a
+    /// part of its axis; this is the whole axis).
+    whole: Vec<AtomMask>,
     /// Number of atoms allocated.
     count: usize,
 }
@@ -59,20 +62,23 @@ impl Atoms {
         if count > MAX_ATOMS {
             return Err(count);
         }
+        let mut whole = per_var.clone();
         for (v, info) in table.iter() {
             match info.kind {
                 DimKind::Plain => {}
                 DimKind::SplitCount { of } => {
                     per_var[v.index()] = hi[of.index()];
                     reducible[v.index()] = reducible[of.index()];
+                    whole[v.index()] = whole[of.index()];
                 }
                 DimKind::SplitChunk { of, .. } => {
                     per_var[v.index()] = lo[of.index()];
                     reducible[v.index()] = reducible[of.index()];
+                    whole[v.index()] = whole[of.index()];
                 }
             }
         }
-        Ok(Atoms { per_var, reducible, count })
+        Ok(Atoms { per_var, reducible, whole, count })
     }
 
     /// The atoms of one axis (`1` has none).
@@ -86,6 +92,15 @@ impl Atoms {
     /// The atoms of a variable.
     pub fn of_var(&self, v: DimVar) -> AtomMask {
         self.per_var.get(v.index()).copied().unwrap_or(0)
+    }
+
+    /// The atoms of the whole axis an axis of this dim is (a part of): a mask's rows and
+    /// columns are positions in the unsplit axes.
+    pub fn of_whole_dim(&self, d: Dim) -> AtomMask {
+        match d {
+            Dim::One => 0,
+            Dim::Var(v) => self.whole.get(v.index()).copied().unwrap_or(0),
+        }
     }
 
     /// The atoms a tensor of this shape is indexed by.

@@ -47,7 +47,7 @@ use super::atoms::Atoms;
 use super::fingerprint::{Scratch, Verdict, Verifier};
 use super::vocab::Vocab;
 use crate::graph::{
-    infer, squeeze_leading, BinaryOp, Dim, DimKind, DimTable, Node, NodeId, Op, ReduceOp, Shape, UnaryOp,
+    infer, squeeze_leading, BinaryOp, Dim, DimKind, DimTable, Mask, Node, NodeId, Op, ReduceOp, Shape, UnaryOp,
 };
 
 /// Switches for each pruning rule (all on by default), for measuring their effect.
@@ -153,6 +153,9 @@ pub struct LeafSpec {
     pub op: Op,
     /// Its shape.
     pub shape: Shape,
+    /// A graph must use it: an input that is not an index tensor (those address, they are
+    /// never computed with).
+    pub must_use: bool,
 }
 
 /// Everything a worker reads: shared and immutable during the search.
@@ -210,6 +213,8 @@ pub enum OpCode {
     MatMul,
     /// An elementwise op of two operands.
     Binary(BinaryOp),
+    /// A mask over the last two axes.
+    Mask(Mask),
 }
 
 impl OpCode {
@@ -223,6 +228,7 @@ impl OpCode {
             Op::Split(axis) => OpCode::Split(axis as u8),
             Op::MatMul => OpCode::MatMul,
             Op::Binary(b) => OpCode::Binary(b),
+            Op::Mask(m) => OpCode::Mask(m),
         })
     }
 
@@ -235,6 +241,7 @@ impl OpCode {
             OpCode::Split(axis) => Op::Split(u32::from(axis)),
             OpCode::MatMul => Op::MatMul,
             OpCode::Binary(b) => Op::Binary(b),
+            OpCode::Mask(m) => Op::Mask(m),
         }
     }
 
@@ -249,6 +256,7 @@ impl OpCode {
             OpCode::Split(axis) => 2 + unary + reduce * rank + u64::from(axis),
             OpCode::MatMul => 2 + unary + (reduce + 1) * rank,
             OpCode::Binary(b) => 3 + unary + (reduce + 1) * rank + b as u64,
+            OpCode::Mask(m) => 3 + unary + (reduce + 1) * rank + BinaryOp::ALL.len() as u64 + m as u64,
         }
     }
 }
@@ -429,13 +437,14 @@ impl<'s, 'a> Worker<'s, 'a> {
                 shape: l.shape.clone(),
                 class: if sp.pruning.abstract_expr { sp.abs.leaf(&l.op, sp.atoms) } else { None },
                 uses: 0,
-                must_use: matches!(l.op, Op::Input(_)),
+                must_use: l.must_use,
                 foreign: 0,
                 dist: 0,
                 view_of_leaf: true,
             })
             .collect();
-        State { ts, keys: Vec::new(), open: sp.n_inputs, n_ops: 0 }
+        let open = sp.leaves.iter().filter(|l| l.must_use).count();
+        State { ts, keys: Vec::new(), open, n_ops: 0 }
     }
 
     fn foreign(&self, shape: &[Dim]) -> u64 {
@@ -466,6 +475,9 @@ impl<'s, 'a> Worker<'s, 'a> {
                 unary_ops.push(OpCode::Transpose);
             }
             unary_ops.extend(sp.vocab.unary.iter().map(|u| OpCode::Unary(*u)));
+            if rank >= 2 {
+                unary_ops.extend(sp.vocab.masks.iter().map(|m| OpCode::Mask(*m)));
+            }
             for (axis, d) in t.shape.iter().enumerate() {
                 let allowed = if sp.pruning.reducibility { sp.atoms.reducible(*d) } else { *d != Dim::One };
                 if !allowed {

@@ -9,6 +9,13 @@
 //! [`UNKNOWN`] and every value computed from it inherits the mark; comparisons treat an unknown
 //! component as matching anything and rely on the `p`-component.
 //!
+//! Masks need one value outside the ring: `-inf`, what a masked score is. It is a sentinel
+//! ([`Fp::NEG_INF`]) that the interpreter treats as the extended reals do where they are
+//! defined (`exp(-inf) = 0`, `max(-inf, x) = x`, `-inf + x = -inf`), and everything else
+//! (`-inf · x`, whose sign the field cannot tell, `x - (-inf)`, `-inf - (-inf)`) is
+//! [`Fp::POISON`]: undefined, matching anything where the target is undefined and nothing
+//! where it is not.
+//!
 //! Functions with no algebraic model here (`log`, `sqrt`, `sigmoid`, `gelu`, `exp` of a value
 //! whose `q`-component is unknown, and the order that `max` selects by) are *consistent
 //! uninterpreted functions*: keyed hashes of the argument's `p`-component, which is exact for
@@ -127,6 +134,30 @@ impl Fp {
     pub const ZERO: Fp = Fp { p: 0, q: 0 };
     /// The value 1.
     pub const ONE: Fp = Fp { p: 1, q: 1 };
+    /// `-inf`: a masked element (no ring value has this `p`-component).
+    pub const NEG_INF: Fp = Fp { p: u32::MAX, q: UNKNOWN };
+    /// An undefined value (NaN or `+inf` in the reals).
+    pub const POISON: Fp = Fp { p: u32::MAX - 1, q: UNKNOWN };
+
+    /// True for [`Fp::NEG_INF`].
+    pub fn is_neg_inf(self) -> bool {
+        self.p == Fp::NEG_INF.p
+    }
+
+    /// True for [`Fp::POISON`].
+    pub fn is_poison(self) -> bool {
+        self.p == Fp::POISON.p
+    }
+
+    /// True for either sentinel: the value is not a ring element.
+    pub fn is_special(self) -> bool {
+        self.p >= Fp::POISON.p
+    }
+
+    /// True for the ring's zero (a `q`-component that is unknown counts as zero).
+    pub fn is_zero(self) -> bool {
+        self.p == 0 && (self.q == 0 || !self.q_known())
+    }
 
     /// The image of a non-negative integer.
     pub fn from_u64(n: u64) -> Fp {
@@ -308,9 +339,13 @@ impl Keys {
     }
 }
 
-/// True when two values agree: equal `p`-components and equal `q`-components where both are
-/// known.
+/// True when a candidate's value `a` agrees with the target's `b`: equal `p`-components and
+/// equal `q`-components where both are known. Where the target is undefined
+/// ([`Fp::POISON`]) any value agrees; an undefined candidate agrees with nothing else.
 pub fn agree(a: Fp, b: Fp) -> bool {
+    if b.is_poison() {
+        return true;
+    }
     a.p == b.p && (a.q == b.q || !a.q_known() || !b.q_known())
 }
 

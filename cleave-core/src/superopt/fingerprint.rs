@@ -73,6 +73,11 @@ impl Domain for Keys {
     }
 
     fn unary(&self, u: UnaryOp, v: Fp) -> Result<Fp, FieldError> {
+        if v.is_special() {
+            // exp(-inf) = 0 is the one value a masked element keeps; everything else of -inf
+            // (its negation is +inf, its log undefined) is left undefined.
+            return Ok(if v.is_neg_inf() && u == UnaryOp::Exp { Fp::ZERO } else { Fp::POISON });
+        }
         Ok(match u {
             UnaryOp::Exp => self.exp(v),
             UnaryOp::Log => self.apply(Uninterpreted::Log, v),
@@ -88,17 +93,33 @@ impl Domain for Keys {
     }
 
     fn binary(&self, op: BinaryOp, a: Fp, c: Fp) -> Result<Fp, FieldError> {
+        if a.is_special() || c.is_special() {
+            return Ok(special_binary(op, a, c));
+        }
         Ok(match op {
             BinaryOp::Add => a + c,
             BinaryOp::Sub => a - c,
             BinaryOp::Mul => a * c,
+            // 0 / 0 is 0 in the language (a row with nothing unmasked); any other quotient by
+            // zero makes the trial inconclusive.
+            BinaryOp::Div if a.is_zero() && c.is_zero() => Fp::ZERO,
             BinaryOp::Div => a.checked_div(c)?,
             BinaryOp::Max => self.max(a, c),
         })
     }
 
     fn mul_add(&self, acc: Fp, x: Fp, y: Fp) -> Fp {
+        if x.is_special() || y.is_special() {
+            return Fp::POISON;
+        }
+        if acc.is_special() {
+            return acc;
+        }
         acc + x * y
+    }
+
+    fn neg_inf(&self) -> Fp {
+        Fp::NEG_INF
     }
 
     fn reduce_start(&self, _: ReduceOp) -> Option<Fp> {
@@ -107,16 +128,35 @@ impl Domain for Keys {
     }
 }
 
+/// An op of two operands of which at least one is `-inf` or undefined, as the extended reals
+/// define it where they can (see [`field`](super::field)).
+fn special_binary(op: BinaryOp, a: Fp, c: Fp) -> Fp {
+    if a.is_poison() || c.is_poison() {
+        return Fp::POISON;
+    }
+    match op {
+        // -inf + x = -inf for x finite or -inf.
+        BinaryOp::Add => Fp::NEG_INF,
+        // -inf - x = -inf for finite x; x - (-inf) is +inf and -inf - (-inf) is NaN.
+        BinaryOp::Sub if a.is_neg_inf() && !c.is_neg_inf() => Fp::NEG_INF,
+        // -inf is the identity of max.
+        BinaryOp::Max if a.is_neg_inf() => c,
+        BinaryOp::Max => a,
+        _ => Fp::POISON,
+    }
+}
+
 /// Evaluates every node of `nodes` (an arena in topological order whose leaves are
 /// `Op::Input(k)` → `inputs[k]` and constants) into `values`, which is cleared and reused.
 pub fn eval_into(
     nodes: &[Node],
+    table: &DimTable,
     bindings: &Bindings,
     inputs: &[FTensor],
     keys: &Keys,
     values: &mut Vec<FTensor>,
 ) -> Result<(), EvalError> {
-    eval::eval_into(keys, nodes, bindings, inputs, MAX_ELEMS, values)
+    eval::eval_into(keys, nodes, table, bindings, inputs, MAX_ELEMS, values)
 }
 
 /// Random inputs for the leaves `Op::Input(k)` of `nodes` at `bindings`.
@@ -175,6 +215,8 @@ const MAX_DRAWS: u64 = 4;
 #[derive(Clone, Debug)]
 pub struct Verifier {
     target: Vec<Node>,
+    /// The dim table every arena's shapes refer to.
+    table: DimTable,
     target_outputs: Vec<usize>,
     n_inputs: usize,
     trials: Vec<Trial>,
@@ -246,7 +288,7 @@ impl Verifier {
             for draw in 0..MAX_DRAWS {
                 let mut r = Rng::new(draw_seed(trial_seed, draw));
                 let inputs = random_inputs(&target, n_inputs, &bindings, &mut r);
-                match eval_into(&target, &bindings, &inputs, &keys, &mut scratch) {
+                match eval_into(&target, table, &bindings, &inputs, &keys, &mut scratch) {
                     Ok(()) => {
                         let outputs = target_outputs.iter().map(|&o| scratch[o].clone()).collect();
                         found = Some((draw, inputs, outputs));
@@ -259,7 +301,7 @@ impl Verifier {
             let Some((draw, inputs, outputs)) = found else { return Err(ZERO_DIVISOR) };
             out.push(Trial { bindings, keys, seed: trial_seed, draw, inputs, outputs });
         }
-        Ok(Verifier { target, target_outputs, n_inputs, trials: out })
+        Ok(Verifier { target, table: table.clone(), target_outputs, n_inputs, trials: out })
     }
 
     /// Number of trials.
@@ -280,7 +322,7 @@ impl Verifier {
     }
 
     fn check_trial(&self, trial: &Trial, candidate: &[Node], outputs: &[usize], scratch: &mut Scratch) -> Verdict {
-        match eval_into(candidate, &trial.bindings, &trial.inputs, &trial.keys, &mut scratch.values) {
+        match eval_into(candidate, &self.table, &trial.bindings, &trial.inputs, &trial.keys, &mut scratch.values) {
             Ok(()) => {
                 return if outputs.iter().zip(&trial.outputs).all(|(&o, t)| outputs_agree(&scratch.values[o], t)) {
                     Verdict::Equivalent
@@ -295,10 +337,12 @@ impl Verifier {
         for draw in trial.draw + 1..trial.draw + MAX_DRAWS {
             let mut r = Rng::new(draw_seed(trial.seed, draw));
             let inputs = random_inputs(&self.target, self.n_inputs, &trial.bindings, &mut r);
-            if eval_into(&self.target, &trial.bindings, &inputs, &trial.keys, &mut scratch.target_values).is_err() {
+            if eval_into(&self.target, &self.table, &trial.bindings, &inputs, &trial.keys, &mut scratch.target_values)
+                .is_err()
+            {
                 continue;
             }
-            match eval_into(candidate, &trial.bindings, &inputs, &trial.keys, &mut scratch.values) {
+            match eval_into(candidate, &self.table, &trial.bindings, &inputs, &trial.keys, &mut scratch.values) {
                 Ok(()) => {
                     let ok = outputs
                         .iter()

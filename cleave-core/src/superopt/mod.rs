@@ -329,11 +329,14 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
     let abs = Abstraction::saturate(target, &atoms, limits);
     let saturated = Instant::now();
 
-    let mut leaves: Vec<LeafSpec> =
-        target.inputs.iter().map(|i| LeafSpec { op: target.node(i.node).op, shape: i.decl.shape.clone() }).collect();
+    let mut leaves: Vec<LeafSpec> = target
+        .inputs
+        .iter()
+        .map(|i| LeafSpec { op: target.node(i.node).op, shape: i.decl.shape.clone(), must_use: !i.decl.is_index() })
+        .collect();
     for n in &target.nodes {
         if let Op::Const(_) = n.op {
-            leaves.push(LeafSpec { op: n.op, shape: n.shape.clone() });
+            leaves.push(LeafSpec { op: n.op, shape: n.shape.clone(), must_use: false });
         }
     }
     let verifier = Verifier::new(

@@ -86,6 +86,8 @@ define_language! {
         "mean" = Mean([Id; 2]),
         // 1 / |A| for an index set A: what turns a sum into a mean.
         "invsize" = InvSize(Id),
+        // A causal mask over the rows and columns whose atoms are child 0, of the body child 1.
+        "causal" = Causal([Id; 2]),
         Set(AtomSet),
         Leaf(Leaf),
     }
@@ -122,6 +124,8 @@ impl Analysis<Term> for FreeAtoms {
                 let set = egraph[*a].data.set.unwrap_or(0);
                 Facts { free: free(x) & !set, set: None }
             }
+            // The mask depends on the positions along its rows and columns.
+            Term::Causal([a, x]) => Facts { free: free(x) | egraph[*a].data.set.unwrap_or(0), set: None },
             other => Facts { free: other.children().iter().fold(0, |m, c| m | free(c)), set: None },
         }
     }
@@ -153,6 +157,17 @@ pub(super) fn op_term(
         Op::Input(i) => node(Term::Leaf(Leaf::Input(i))),
         Op::Const(c) => node(Term::Leaf(Leaf::Const(c.to_bits()))),
         Op::Transpose | Op::Split(_) => Some(args[0]),
+        Op::Mask(m) => {
+            // The rows and columns as whole axes: a mask of a split tensor masks by the
+            // positions in the unsplit axis, the same term as the mask before the split.
+            let x = arg_shapes[0];
+            let r = x.len();
+            let positions = atoms.of_whole_dim(x[r - 2]) | atoms.of_whole_dim(x[r - 1]);
+            let set = node(Term::Set(AtomSet(positions)))?;
+            match m {
+                crate::graph::Mask::Causal => node(Term::Causal([set, args[0]])),
+            }
+        }
         Op::MatMul => {
             let a = arg_shapes[0];
             let contracted = atoms.of_dim(a[a.len() - 1]);

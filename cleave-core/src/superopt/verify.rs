@@ -133,7 +133,7 @@ impl FullShape {
         let mut rng = Rng::new(seed ^ 0xf0f0);
         let inputs = random_inputs(&target.nodes, target.inputs.len(), &bindings, &mut rng);
         let mut values = Vec::new();
-        let outputs = match eval_into(&target.nodes, &bindings, &inputs, &keys, &mut values) {
+        let outputs = match eval_into(&target.nodes, &target.dims, &bindings, &inputs, &keys, &mut values) {
             Ok(()) => Ok(target.outputs.iter().map(|o| values[o.node.index()].clone()).collect()),
             Err(e) => Err(format!("the target cannot be fingerprinted at the declared shapes: {e:?}")),
         };
@@ -173,7 +173,7 @@ impl FullShape {
             return Check::Skipped("the search's budget of multiply-adds for declared-shape checks is spent".into());
         }
         let mut values = Vec::new();
-        match eval_into(&found.nodes, &bindings, &self.inputs, &self.keys, &mut values) {
+        match eval_into(&found.nodes, &found.dims, &bindings, &self.inputs, &self.keys, &mut values) {
             Ok(()) => {
                 let ok = found.outputs.iter().zip(target).all(|(o, t)| outputs_agree(&values[o.node.index()], t));
                 if ok {

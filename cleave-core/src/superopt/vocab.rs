@@ -1,6 +1,6 @@
 //! The op vocabulary of a search: the ops of the target, plus `split` and `sum` (the combine).
 
-use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, Graph, Mask, Op, ReduceOp, UnaryOp};
 
 /// Which ops the search may insert.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -19,6 +19,8 @@ pub struct Vocab {
     pub transpose_computed: bool,
     /// Split of a reducible axis.
     pub split: bool,
+    /// Masks the target applies.
+    pub masks: Vec<Mask>,
 }
 
 impl Vocab {
@@ -39,11 +41,13 @@ impl Vocab {
                 Op::Unary(u) => push_unique(&mut v.unary, u),
                 Op::Binary(b) => push_unique(&mut v.binary, b),
                 Op::Reduce(r, _) => push_unique(&mut v.reduce, r),
+                Op::Mask(m) => push_unique(&mut v.masks, m),
             }
         }
         v.unary.sort();
         v.binary.sort();
         v.reduce.sort();
+        v.masks.sort();
         v
     }
 }

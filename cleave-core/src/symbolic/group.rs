@@ -66,7 +66,7 @@ pub fn group_axes(g: &Graph) -> AxisGroups {
         let args: Vec<usize> = node.args.iter().map(|a| a.index()).collect();
         match node.op {
             Op::Input(_) | Op::Const(_) => {}
-            Op::Unary(_) => (0..rank).for_each(|j| link(args[0], j, ni, j)),
+            Op::Unary(_) | Op::Mask(_) => (0..rank).for_each(|j| link(args[0], j, ni, j)),
             Op::Binary(_) => {
                 for &a in &args {
                     let ar = g.nodes[a].shape.len();

@@ -55,7 +55,13 @@ pub fn symbolize(concrete: &ValidGraph) -> Symbolized {
             }
         };
         let name = format!("{}{}", info.name, "'".repeat(uses));
-        let sym = table.push(DimInfo { name, value: info.value, dynamic: info.dynamic, kind: DimKind::Plain });
+        let sym = table.push(DimInfo {
+            name,
+            value: info.value,
+            dynamic: info.dynamic,
+            kind: DimKind::Plain,
+            per_request: None,
+        });
         debug_assert_eq!(sym.index(), gi);
         origin.push(var);
         let is_reduced = members.iter().any(|&(n, a)| {

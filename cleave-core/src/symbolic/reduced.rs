@@ -95,7 +95,7 @@ fn axis_is_reduced(g: &Graph, source: usize, axis: usize) -> bool {
         let d = match node.op {
             Op::Input(_) if ni == source => Dep::Point(vec![axis]),
             Op::Input(_) | Op::Const(_) => Dep::None,
-            Op::Unary(_) => arg(0).clone(),
+            Op::Unary(_) | Op::Mask(_) => arg(0).clone(),
             Op::Binary(_) => {
                 let mut acc = Dep::None;
                 for i in 0..2 {

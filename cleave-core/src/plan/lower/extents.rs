@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use super::Lowerer;
-use crate::graph::{Dim, DimKind, DimVar, Graph};
+use crate::graph::{Dim, DimKind, DimVar, Graph, PerRequestKind, StoreAxis};
 use crate::index::{Affine, TMap};
-use crate::plan::program::{Expr, GridAxis, Src, Stmt};
+use crate::plan::program::{Expr, GridAxis, Param, Src, Stmt};
 
 impl Lowerer<'_> {
     /// A dim's extent as an expression: a constant, or the runtime extent of a dynamic dim
@@ -30,22 +30,70 @@ impl Lowerer<'_> {
 /// The dims a kernel takes as arguments, in order: the dynamic ones its grid, its body and its
 /// expressions (`used`) read, with a split chunk replaced by the axis and count it derives from
 /// (the kernel computes `ceil(K / s)` itself).
-pub(super) fn runtime_extents(g: &Graph, grid: &[GridAxis], body: &[Stmt], mut used: BTreeSet<DimVar>) -> Vec<DimVar> {
+pub(super) fn runtime_extents(
+    g: &Graph,
+    grid: &[GridAxis],
+    body: &[Stmt],
+    params: &[Param],
+    mut used: BTreeSet<DimVar>,
+) -> Vec<DimVar> {
     used.extend(grid.iter().map(|a| a.dim));
     collect_extents(body, &mut used);
-    let mut out = BTreeSet::new();
+    // A per-request dim's extent is computed in the kernel from its tables; the kernel takes
+    // what bounds them instead: the batch, the packed axis' extent, the page table's length.
+    for p in params {
+        used.extend(p.shape.iter().flatten());
+        if let Some(l) = &p.layout {
+            for a in &l.axes {
+                match a {
+                    StoreAxis::Dims(ds) => used.extend(ds),
+                    StoreAxis::Packed { total, .. } => {
+                        used.insert(*total);
+                    }
+                    StoreAxis::Pages { pages, .. } => {
+                        used.insert(*pages);
+                    }
+                    StoreAxis::PlusOne(d) => {
+                        used.insert(*d);
+                    }
+                    StoreAxis::Slot { size: Dim::Var(d), .. } => {
+                        used.insert(*d);
+                    }
+                    StoreAxis::One | StoreAxis::Slot { .. } => {}
+                }
+            }
+        }
+    }
+    let mut expanded = BTreeSet::new();
     for d in used {
         match g.dims.get(d).kind {
             DimKind::SplitChunk { of, count } => {
-                out.extend([of, count].into_iter().filter(|v| g.dims.get(*v).dynamic));
+                expanded.extend([of, count]);
             }
-            _ if g.dims.get(d).dynamic => {
-                out.insert(d);
+            _ => {
+                expanded.insert(d);
             }
-            _ => {}
         }
     }
-    out.into_iter().collect()
+    let mut out = BTreeSet::new();
+    for d in expanded {
+        let info = g.dims.get(d);
+        match &info.per_request {
+            Some(pr) => {
+                out.insert(pr.batch);
+                for t in pr.tables() {
+                    out.insert(t.len);
+                }
+                if let PerRequestKind::Ragged { total: Some(t), .. } = pr.kind {
+                    out.insert(t);
+                }
+            }
+            None => {
+                out.insert(d);
+            }
+        }
+    }
+    out.into_iter().filter(|d| g.dims.get(*d).dynamic && g.dims.get(*d).per_request.is_none()).collect()
 }
 
 /// The dynamic dims a kernel reads at run time: loop trip counts, limits, scaled offsets.
@@ -82,6 +130,13 @@ fn collect_extents(body: &[Stmt], out: &mut BTreeSet<DimVar>) {
                 for l in limits {
                     out.insert(l.bound);
                     affine(&l.base, out);
+                }
+            }
+            Expr::Mask(a, at) => {
+                expr(a, out);
+                for c in [&at.row, &at.col] {
+                    affine(&c.base, out);
+                    out.extend(c.extent);
                 }
             }
         }

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use self::stabilize::Stabilized;
 use super::error::PlanError;
 use super::program::{Binding, Buf, BufId, BufKind, Expr, GridAxis, Param, ParamId, Src, Stmt, TileKernel};
-use crate::graph::{BinaryOp, DType, Dim, DimVar, Graph, NodeId, Op, ReduceOp};
+use crate::graph::{BinaryOp, DType, Dim, DimVar, Graph, Layout, NodeId, Op, ReduceOp, StoreAxis};
 use crate::index::{AxisRange, TMap};
 use crate::schedule::config::{primary_output, TileConfig};
 use crate::schedule::itgraph::{ItGraph, ItNode, LoopKind};
@@ -141,6 +141,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         partial_max_tile: BTreeMap::new(),
     };
     lowerer.declare_params();
+    lowerer.check_requests(it)?;
     let mut body = Vec::new();
     let stab = stabilize::analyze(g, it, &io.scaled_inputs)?;
     lowerer.level(it, &stab, &mut body)?;
@@ -153,7 +154,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     }
     let smem_bytes = resources::allocate_smem(&mut lowerer.bufs, &body, warps);
     let grid = it.loops.iter().map(|l| GridAxis { iter: l.iter, dim: l.dim, tile: l.tile }).collect::<Vec<_>>();
-    let extents = extents::runtime_extents(g, &grid, &body, lowerer.extents);
+    let extents = extents::runtime_extents(g, &grid, &body, &lowerer.params, lowerer.extents);
     let kernel = TileKernel {
         symbol: String::new(),
         params: lowerer.params,
@@ -171,12 +172,13 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
 
 impl Lowerer<'_> {
     /// One parameter per binding: the inputs (each scaled partial followed by its running
-    /// max), then the outputs.
+    /// max), then the outputs, then the index tables of the per-request dims they have.
     fn declare_params(&mut self) {
         let g = self.g;
         for (i, input) in g.inputs.iter().enumerate() {
             let b = self.io.inputs[i];
             self.param(b, &input.decl.name, input.decl.dtype, &input.decl.shape, false);
+            self.set_layout(b, input.decl.layout.clone());
             if let Some(mb) = self.io.scaled_inputs.get(&i) {
                 let mut shape = input.decl.shape.clone();
                 if let Some(last) = shape.last_mut() {
@@ -186,8 +188,63 @@ impl Lowerer<'_> {
             }
         }
         for (o, out) in g.outputs.iter().enumerate() {
-            self.param(self.io.outputs[o], &out.decl.name, out.decl.dtype, &out.decl.shape, true);
+            let b = self.io.outputs[o];
+            self.param(b, &out.decl.name, out.decl.dtype, &out.decl.shape, true);
+            self.set_layout(b, out.decl.layout.clone());
         }
+        // A per-request dim's extent and rows come from its tables, read by the kernel.
+        let mut tables = Vec::new();
+        for p in &self.params {
+            for v in p.shape.iter().flatten() {
+                if let Some(pr) = &g.dims.get(*v).per_request {
+                    for t in pr.tables() {
+                        if !tables.contains(t) {
+                            tables.push(t.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for t in tables {
+            let b = Binding::Input(t.input);
+            self.param(b, &t.name, DType::I32, &[Dim::Var(t.len)], false);
+            self.set_layout(b, t.plus_one.then(|| Layout { axes: vec![StoreAxis::PlusOne(t.len)] }));
+        }
+    }
+
+    fn set_layout(&mut self, b: Binding, layout: Option<Layout>) {
+        if let Some(p) = self.param_of.get(&b) {
+            self.params[p.0 as usize].layout = layout;
+        }
+    }
+
+    /// A block serves one request of every per-request dim it has: their batch is a grid axis
+    /// of tile 1, never packed into the rows; workspaces (dense) have no per-request axes; and
+    /// at most one grid axis walks a ragged dim (its blocks are dealt out by a work list).
+    fn check_requests(&self, it: &ItGraph) -> Result<(), PlanError> {
+        let dims = &self.g.dims;
+        let mut ragged_grid = 0;
+        for l in &it.loops {
+            if dims.get(l.dim).per_request.is_some() {
+                ragged_grid += 1;
+            }
+        }
+        if ragged_grid > 1 {
+            return Err(PlanError::PerRequest("more than one grid axis over dims that differ between requests"));
+        }
+        for p in &self.params {
+            for v in p.shape.iter().flatten() {
+                let Some(pr) = &dims.get(*v).per_request else { continue };
+                if matches!(p.binding, Binding::Workspace(_)) {
+                    return Err(PlanError::PerRequest("a workspace with an axis that differs between requests"));
+                }
+                // Every tile of the batch axis is then one request, at the grid's index.
+                if !it.loops.iter().any(|l| l.dim == pr.batch && l.tile == 1) {
+                    return Err(PlanError::PerRequest("a block that spans several requests"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The stores of the kernel's outputs (and of the running max its scaled partials share);
@@ -256,6 +313,7 @@ impl Lowerer<'_> {
             shape: shape.iter().map(|d| d.var()).collect(),
             output,
             binding: b,
+            layout: None,
         });
         self.param_of.insert(b, id);
         id

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::stabilize::Stabilized;
 use super::{Lowerer, Scale, Value};
-use crate::graph::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
-use crate::index::TMap;
+use crate::graph::{BinaryOp, DType, Dim, DimKind, Mask, NodeId, Op, ReduceOp, UnaryOp};
+use crate::index::{Affine, AxisRange, TMap};
 use crate::plan::error::PlanError;
-use crate::plan::program::{BufId, BufKind, Expr, MmaA, MmaB, Src, Stmt};
+use crate::plan::program::{Binding, BufId, BufKind, Coord, Expr, MaskAt, MmaA, MmaB, Src, Stmt};
 use crate::schedule::itgraph::ItGraph;
 
 /// How a staged tile's non-last axes relate to the block's rows.
@@ -118,6 +118,12 @@ impl Lowerer<'_> {
         let cols = tm.axes.last().map_or(1, |a| a.extent);
         let val = match n.op {
             Op::Const(c) => Value::Const(c),
+            // A scalar input is a kernel argument, read by value: no tile to stage. (A scalar
+            // workspace between the kernels of a launch is staged like any tile.)
+            Op::Input(i) if n.shape.is_empty() && matches!(self.io.inputs[i as usize], Binding::Input(_)) => {
+                let param = self.param_of[&self.io.inputs[i as usize]];
+                Value::Reg { expr: Expr::Src(Src::Scalar(param)), cols: 1, scale: None }
+            }
             Op::Input(i) => {
                 let (rows, cols) = tile_2d(&tm);
                 let dtype = self.g.inputs[i as usize].decl.dtype;
@@ -145,6 +151,7 @@ impl Lowerer<'_> {
                 _ => return Err(PlanError::SplitOfComputed),
             },
             Op::Unary(u) => self.unary(id, u, it, &tm, cols, stab, body)?,
+            Op::Mask(m) => self.mask(id, m, it, &tm)?,
             Op::Binary(op) => self.binary(id, op, it, cols)?,
             Op::MatMul => self.matmul(id, accs, cols, body)?,
             Op::Reduce(op, axis) => self.reduce(id, op, axis, it, accs, cols, body)?,
@@ -202,6 +209,44 @@ impl Lowerer<'_> {
             (_, s) => (Expr::Unary(u, Box::new(e)), s),
         };
         Ok(Value::Reg { expr: e, cols, scale: s })
+    }
+
+    /// A mask: the value where the mask keeps the element, `-inf` elsewhere. A running-max
+    /// scale carries through (`-inf` times a positive scale is `-inf`).
+    fn mask(&mut self, id: NodeId, m: Mask, it: &ItGraph, tm: &TMap) -> Result<Value, PlanError> {
+        let arg = self.g.node(id).args[0];
+        let (e, cols, s) = self.arg(arg, it)?;
+        let r = tm.axes.len();
+        if self.row_layout(tm).is_none() {
+            return Err(PlanError::PartialRowBroadcast);
+        }
+        let shape = self.g.shape(id).to_vec();
+        let row = self.coord(&tm.axes[r - 2], shape[r - 2]);
+        let col = self.coord(&tm.axes[r - 1], shape[r - 1]);
+        Ok(Value::Reg { expr: Expr::Mask(Box::new(e), Box::new(MaskAt { mask: m, row, col })), cols, scale: s })
+    }
+
+    /// Where the elements of a tile lie along axis `d` of the masked tensor, in the whole axis:
+    /// a split chunk's elements count from the start of their part (the base its limit on the
+    /// unsplit axis carries).
+    fn coord(&mut self, ax: &AxisRange, d: Dim) -> Coord {
+        let (base, extent) = match d {
+            Dim::One => (Affine::zero(), None),
+            Dim::Var(v) => match self.g.dims.get(v).kind {
+                DimKind::SplitChunk { of, .. } => {
+                    let base =
+                        ax.limits.iter().find(|l| l.bound == of).map_or_else(|| ax.offset.clone(), |l| l.base.clone());
+                    (base, Some(of))
+                }
+                _ => (ax.offset.clone(), Some(v)),
+            },
+        };
+        if let Some(v) = extent {
+            if self.g.dims.get(v).dynamic {
+                self.extents.insert(v);
+            }
+        }
+        Coord { base, div: 1, ext: ax.extent, extent }
     }
 
     fn binary(&mut self, id: NodeId, op: BinaryOp, it: &ItGraph, cols: u64) -> Result<Value, PlanError> {
