@@ -5,14 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use cleave_core::codegen::plan::{AxisData, FactorData, ParamData, PlanData, TableData};
+use cleave_core::codegen::plan::{AxisData, DeriveData, FactorData, ParamData, PlanData, TableData};
 use cleave_core::codegen::{cuda, headers};
 use cleave_core::graph::{Bindings, DType};
 use cleave_core::plan::Launch;
 use cleave_core::reference::Tensor;
 use cleave_runtime::host::{EmuFn, EmuOptions};
 use cleave_runtime::{
-    Axis, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, Table, TensorSpec, WorkspaceSpec,
+    Axis, Derive, DimSpec, Factor, KernelLaunch, LaunchPlan, Param, Product, Table, TensorSpec, WorkspaceSpec,
 };
 
 /// A compiled host-emulation library of one launch.
@@ -188,7 +188,17 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
     Box::leak(Box::new(LaunchPlan {
         kernel: leak_str(&p.kernel),
         dims: leak(
-            p.dims.iter().map(|d| DimSpec { name: leak_str(&d.name), value: d.value, dynamic: d.dynamic }).collect(),
+            p.dims
+                .iter()
+                .map(|d| DimSpec {
+                    name: leak_str(&d.name),
+                    value: d.value,
+                    dynamic: d.dynamic,
+                    derive: d.derive.as_ref().map(|DeriveData::SplitCount { blocks, entries, batch }| {
+                        Derive::SplitCount { blocks: product(blocks), entries: product(entries), batch: *batch }
+                    }),
+                })
+                .collect(),
         ),
         inputs: leak(p.inputs.iter().map(tensor).collect()),
         outputs: leak(p.outputs.iter().map(tensor).collect()),
@@ -370,7 +380,7 @@ impl HostLibrary {
         }
         // The plan's extents: the launch's dims without split chunks and per-request dims (the
         // kernels derive both), in table order.
-        let extents: Vec<u64> = launch
+        let mut extents: Vec<u64> = launch
             .dims()
             .iter()
             .filter(|(_, d)| {
@@ -397,6 +407,8 @@ impl HostLibrary {
                 plan.dims.len()
             ));
         }
+        // A split count chosen at run time is the launcher's choice, as on a GPU.
+        cleave_runtime::plan::derive_extents(plan, &mut extents);
         let count = |spec: &TensorSpec| -> Result<usize, String> {
             let n = spec.elements(plan, &extents).map_err(|e| e.to_string())?;
             usize::try_from(n).map_err(|_| format!("{}: `{}` has {n} elements", plan.kernel, spec.name))

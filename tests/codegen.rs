@@ -25,7 +25,13 @@ fn golden_cuda_sources() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let bless = std::env::var_os("CLEAVE_BLESS").is_some();
     let mut stale = Vec::new();
-    for name in ["mha_d64_prefill", "mha_d64_decode", "rmsnorm_matmul_prefill"] {
+    for name in [
+        "mha_d64_prefill",
+        "mha_d64_decode",
+        "rmsnorm_matmul_prefill",
+        "gqa_paged_decode_h32_kv8_d128_ps64",
+        "gqa_ragged_prefill_causal_h32_kv4_d128",
+    ] {
         let (cu, _) = emit(name);
         let path = dir.join(format!("{name}.cu"));
         if bless {

@@ -4,6 +4,8 @@
 //! attention kernels get scores of magnitude up to about ±500. The kernels take turns at the
 //! emulator's three thread schedules, and every other one also runs with its tensors as
 //! padded, offset views of larger buffers (`--views`), which must match the dense run exactly.
+//! The serving operators run over random requests (lengths from 0 up, shuffled page tables with
+//! spare pages), compared element by element with the reference evaluated request by request.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -11,7 +13,15 @@ use std::sync::Mutex;
 /// The input scale per kernel: attention inputs large enough that scores reach about ±500
 /// (the f64 reference still has headroom: exp overflows past 709).
 fn scale(name: &str) -> &'static str {
-    if name.starts_with("mla_decode") {
+    if is_serving(name) {
+        // A random `sm_scale` of about 1/√d: scores of σ ≈ 60 (head width 128, inputs σ = 8;
+        // MLA's 576 products per score, inputs σ = 6), reaching a few hundred.
+        if name.starts_with("mla") {
+            "6,sm_scale=0.06"
+        } else {
+            "8,sm_scale=0.07"
+        }
+    } else if name.starts_with("mla_decode") {
         // 576 products per score at a 1/√192 scale: σ = 8 gives score σ ≈ 110.
         "8"
     } else if ["mha", "gqa", "mqa", "mla"].iter().any(|p| name.starts_with(p)) {
@@ -22,13 +32,39 @@ fn scale(name: &str) -> &'static str {
     }
 }
 
+/// The FlashInfer-Bench operators: their kernels take index tables and a runtime scale.
+fn is_serving(name: &str) -> bool {
+    name.contains("_paged_") || name.contains("_ragged_")
+}
+
+/// Small extents for the serving operators (requests of 0 to twice these lengths); the others
+/// take the run's default, which shrinks the declared extents off every tile multiple.
+fn dims(name: &str) -> &'static [&'static str] {
+    match (is_serving(name), name.contains("decode")) {
+        (false, _) => &[],
+        (true, true) => &["--dims", "batch_size=5,kv_len=150"],
+        (true, false) => &["--dims", "batch_size=4,qo_len=40,kv_len=90"],
+    }
+}
+
+/// The tolerance the run may set: the rounding of the kernel's narrowest type (bf16 outputs of
+/// the serving operators, f16 for the others), plus the accumulation terms.
+fn tolerance_cap(name: &str) -> f64 {
+    if is_serving(name) {
+        0.17
+    } else {
+        2.5e-2
+    }
+}
+
 #[test]
 fn every_declared_kernel_passes_on_the_emulator() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml");
     let text = std::fs::read(file).expect("kernels.yaml");
     let module = cleave_core::front::check_source(&text).expect("kernels.yaml checks");
     let names: Vec<String> = module.kernels.iter().map(|(d, _)| d.name.clone()).collect();
-    assert_eq!(names.len(), 20);
+    assert_eq!(names.len(), 29);
+    assert_eq!(names.iter().filter(|n| is_serving(n)).count(), 9);
     let schedules = ["round-robin", "random", "run-ahead"];
     let queue = Mutex::new(names.iter().cloned().enumerate().collect::<Vec<_>>());
     let results = Mutex::new(Vec::new());
@@ -58,6 +94,7 @@ fn every_declared_kernel_passes_on_the_emulator() {
                         schedules[i % schedules.len()],
                     ])
                     .args(views)
+                    .args(dims(&name))
                     .output()
                     .expect("cleave runs");
                 let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -73,11 +110,11 @@ fn every_declared_kernel_passes_on_the_emulator() {
         let value = |key: &str| -> Option<f64> { stdout.lines().find_map(|l| l.strip_prefix(key)?.parse().ok()) };
         let viewed = !views || stdout.contains("views: every output matches the dense run bit for bit");
         match (code, value("max_rel_err="), value("tolerance=")) {
-            (Some(0), Some(e), Some(tol)) if e <= tol && tol <= 2.5e-2 && viewed => {}
+            (Some(0), Some(e), Some(tol)) if e <= tol && tol <= tolerance_cap(name) && viewed => {}
             _ => failures.push(format!("{name}: exit {code:?}\n{stdout}{stderr}")),
         }
     }
-    assert_eq!(results.iter().filter(|r| r.1).count(), names.len() / 2, "half the kernels run with views");
-    assert_eq!(results.len(), names.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(results.iter().filter(|r| r.1).count(), names.len().div_ceil(2), "half the kernels run with views");
+    assert_eq!(results.len(), names.len());
 }

@@ -28,7 +28,8 @@ fn main() {
         let chosen = if best.splits.is_empty() {
             "no split".to_string()
         } else {
-            best.splits.iter().map(|s| format!("{}={}", s.name, s.value)).collect::<Vec<_>>().join(",")
+            let dims = best.candidate.launch.dims();
+            best.splits.iter().map(|s| s.label(dims)).collect::<Vec<_>>().join(",")
         };
         println!(
             "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {chosen} | {} | {:.1} |",

@@ -177,3 +177,54 @@ kernels:
         g.outputs.iter().all(|o| matches!(g.node(o.node).op, Op::Reduce(ReduceOp::Sum, 0)))
     }));
 }
+
+/// True when the graph splits the dim named `name` (its chunks reduced in a second step).
+fn splits_dim(g: &Graph, name: &str) -> bool {
+    g.dims.iter().any(|(_, d)| match d.kind {
+        cleave_core::graph::DimKind::SplitCount { of } => g.dims.get(of).name == name,
+        _ => false,
+    })
+}
+
+#[test]
+fn causal_serving_attention_finds_the_flashattention_form_and_split_kv() {
+    // The masked scores take part in the search like any other op: the late division and a
+    // split of the context (whose chunks the mask sees at their global positions) are found,
+    // not templated, for the ragged, paged and MLA prefill operators.
+    for kernel in [
+        "gqa_ragged_prefill_causal_h32_kv4_d128",
+        "gqa_paged_prefill_causal_h32_kv8_d128_ps1",
+        "mla_paged_prefill_causal_h16_ckv512_kpe64_ps1",
+    ] {
+        let r = run(kernel);
+        let masked = |g: &Graph| g.nodes.iter().any(|n| matches!(n.op, Op::Mask(_)));
+        assert!(r.graphs.iter().all(|f| masked(&f.graph)), "{kernel}: every form keeps the mask");
+        assert!(
+            r.graphs.iter().any(|f| is_flash_form(&f.graph)),
+            "{kernel}: no FlashAttention form:\n{}",
+            cleave_core::superopt::explain_text(&r)
+        );
+        assert!(
+            r.graphs.iter().any(|f| splits_dim(&f.graph, "kv_len")),
+            "{kernel}: no split-KV form:\n{}",
+            cleave_core::superopt::explain_text(&r)
+        );
+    }
+}
+
+#[test]
+fn paged_decode_finds_split_kv_and_chooses_it() {
+    // Decode has one query row per request: the context split is what fills the GPU, and the
+    // ranking over many workloads picks it, with its count left to the launch.
+    for kernel in ["gqa_paged_decode_h32_kv8_d128_ps64", "mla_paged_decode_h16_ckv512_kpe64_ps1"] {
+        let r = run(kernel);
+        assert!(r.graphs.iter().any(|f| splits_dim(&f.graph, "kv_len")), "{kernel}");
+        let c = cleave_core::pipeline::compile(&common::shipped(kernel), &Default::default()).expect("compiles");
+        let best = c.best();
+        assert_eq!(best.kernels.len(), 2, "{kernel}: a split kernel and its log-sum-exp combine");
+        assert!(splits_dim(best.graph.graph(), "kv_len"), "{kernel}");
+        let plan = cleave_core::codegen::plan::plan_data(best, kernel).expect("plan data");
+        let derived: Vec<&str> = plan.dims.iter().filter(|d| d.derive.is_some()).map(|d| d.name.as_str()).collect();
+        assert_eq!(derived.len(), 1, "{kernel}: the split count is the launcher's, from the lengths: {derived:?}");
+    }
+}

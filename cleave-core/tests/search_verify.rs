@@ -5,7 +5,7 @@
 
 mod common;
 
-use cleave_core::graph::{BinaryOp, Graph, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
+use cleave_core::graph::{BinaryOp, Graph, Mask, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
 use cleave_core::superopt::fingerprint::{equivalent, Verdict};
 use cleave_core::symbolic::symbolize;
 
@@ -322,4 +322,93 @@ kernels:
     let e = c.un(UnaryOp::Exp, s);
     let o = c.red(ReduceOp::Sum, e, 1);
     assert_eq!(verdict(&t, &c.finish(&t, o)), Verdict::Different);
+}
+
+/// Causal attention with more keys than queries (a prefix): `q`, `k`, `v` are inputs 0, 1, 2.
+const CAUSAL: &str = r#"
+kernels:
+  - name: k
+    dims: { s: { value: 24, dynamic: true }, l: { value: 40, dynamic: true }, d: 16 }
+    inputs: { q: "f16[s, d]", k: "f16[l, d]", v: "f16[l, d]" }
+    outputs: { o: "f16[s, d]" }
+    body: |
+      o = matmul(softmax(causal(matmul(q, transpose(k)) * 0.125)), v)
+"#;
+
+/// `causal(q · kᵀ · 0.125)` with the given diagonal (`None`: no mask), over `k` (or its
+/// split along the keys).
+fn masked_scores(c: &mut Cand, diagonal: Option<i32>, k: NodeId) -> NodeId {
+    let kt = c.op(Op::Transpose, &[k]);
+    let s = c.op(Op::MatMul, &[c.i(0), kt]);
+    let scale = c.c(SCALE);
+    let s = c.bin(BinaryOp::Mul, s, scale);
+    match diagonal {
+        Some(diagonal) => c.op(Op::Mask(Mask::Causal { diagonal }), &[s]),
+        None => s,
+    }
+}
+
+#[test]
+fn causal_flash_and_split_forms_are_accepted() {
+    let t = symbolic(CAUSAL);
+    // The FlashAttention form over masked scores.
+    let mut c = Cand::new(&t);
+    let k = c.i(1);
+    let s = masked_scores(&mut c, Some(0), k);
+    let e = c.un(UnaryOp::Exp, s);
+    let r = c.red(ReduceOp::Sum, e, 1);
+    let pv = c.op(Op::MatMul, &[e, c.i(2)]);
+    let o = c.bin(BinaryOp::Div, pv, r);
+    assert_eq!(verdict(&t, &c.finish(&t, o)), Verdict::Equivalent);
+    // Split-KV: the mask of a chunk of keys is the mask at the keys' global positions.
+    let mut c = Cand::new(&t);
+    let ks = c.op(Op::Split(0), &[c.i(1)]);
+    let vs = c.op(Op::Split(0), &[c.i(2)]);
+    let s = masked_scores(&mut c, Some(0), ks);
+    let e = c.un(UnaryOp::Exp, s);
+    let r = c.red(ReduceOp::Sum, e, 2);
+    let r = c.red(ReduceOp::Sum, r, 0);
+    let pv = c.op(Op::MatMul, &[e, vs]);
+    let pv = c.red(ReduceOp::Sum, pv, 0);
+    let o = c.bin(BinaryOp::Div, pv, r);
+    assert_eq!(verdict(&t, &c.finish(&t, o)), Verdict::Equivalent);
+}
+
+#[test]
+fn causal_near_misses_are_rejected() {
+    let t = symbolic(CAUSAL);
+    let softmax_pv = |c: &mut Cand, s: NodeId| {
+        let e = c.un(UnaryOp::Exp, s);
+        let r = c.red(ReduceOp::Sum, e, 1);
+        let p = c.bin(BinaryOp::Div, e, r);
+        c.op(Op::MatMul, &[p, c.i(2)])
+    };
+    // The boundary one row up or down: each row sees one key more, or one fewer.
+    for (diagonal, what) in [(Some(1), "one key more"), (Some(-1), "one key fewer"), (None, "no mask")] {
+        let mut c = Cand::new(&t);
+        let k = c.i(1);
+        let s = masked_scores(&mut c, diagonal, k);
+        let o = softmax_pv(&mut c, s);
+        assert_eq!(verdict(&t, &c.finish(&t, o)), Verdict::Different, "{what}");
+    }
+    // The mask of the transposed scores (aligned at the other corner), transposed back.
+    let mut c = Cand::new(&t);
+    let k = c.i(1);
+    let s = masked_scores(&mut c, None, k);
+    let st = c.op(Op::Transpose, &[s]);
+    let m = c.op(Op::Mask(Mask::Causal { diagonal: 0 }), &[st]);
+    let s = c.op(Op::Transpose, &[m]);
+    let o = softmax_pv(&mut c, s);
+    assert_eq!(verdict(&t, &c.finish(&t, o)), Verdict::Different, "mirrored mask");
+    // Split-KV with each chunk masked as if it started at key 0 is not expressible: a mask
+    // sees global positions. The mask after the exp leaves -inf in the sums instead of 0.
+    let mut c = Cand::new(&t);
+    let k = c.i(1);
+    let s = masked_scores(&mut c, None, k);
+    let e = c.un(UnaryOp::Exp, s);
+    let e = c.op(Op::Mask(Mask::Causal { diagonal: 0 }), &[e]);
+    let r = c.red(ReduceOp::Sum, e, 1);
+    let p = c.bin(BinaryOp::Div, e, r);
+    let o = c.op(Op::MatMul, &[p, c.i(2)]);
+    assert_ne!(verdict(&t, &c.finish(&t, o)), Verdict::Equivalent, "mask after exp");
 }

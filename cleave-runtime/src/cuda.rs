@@ -357,9 +357,10 @@ impl Loaded {
     }
 }
 
-/// The workspace bytes `plan` needs for these dynamic extents.
+/// The workspace bytes `plan` needs for these dynamic extents, and for any smaller ones: a
+/// split count the launch derives from the extents is taken at its largest.
 pub fn workspace_bytes(plan: &LaunchPlan, dynamic: &[usize]) -> Result<u64, Error> {
-    let extents = Extents::new(plan, dynamic)?;
+    let extents = Extents::new(plan, dynamic)?.with_largest_splits(plan);
     Ok(WorkspaceLayout::new(plan, &extents)?.total)
 }
 
@@ -739,7 +740,10 @@ mod tests {
     /// odd size, so the second starts at an aligned offset), a split launch and a combine.
     static PLAN: LaunchPlan = LaunchPlan {
         kernel: "rowsum",
-        dims: &[DimSpec { name: "m", value: 3, dynamic: false }, DimSpec { name: "k", value: 100, dynamic: true }],
+        dims: &[
+            DimSpec { name: "m", value: 3, dynamic: false, derive: None },
+            DimSpec { name: "k", value: 100, dynamic: true, derive: None },
+        ],
         inputs: &[TensorSpec { name: "x", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1)] }],
         outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::One] }],
         workspaces: &[

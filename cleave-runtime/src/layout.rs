@@ -290,10 +290,10 @@ mod tests {
     static PLAN: LaunchPlan = LaunchPlan {
         kernel: "views",
         dims: &[
-            DimSpec { name: "h", value: 2, dynamic: false },
-            DimSpec { name: "l", value: 8, dynamic: true },
-            DimSpec { name: "d", value: 64, dynamic: false },
-            DimSpec { name: "c", value: 3, dynamic: false },
+            DimSpec { name: "h", value: 2, dynamic: false, derive: None },
+            DimSpec { name: "l", value: 8, dynamic: true, derive: None },
+            DimSpec { name: "d", value: 64, dynamic: false, derive: None },
+            DimSpec { name: "c", value: 3, dynamic: false, derive: None },
         ],
         inputs: &[TensorSpec { name: "k", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(2)] }],
         outputs: &[TensorSpec { name: "o", dtype: DType::F32, shape: &[Axis::Dim(1), Axis::Dim(3)] }],
@@ -353,9 +353,9 @@ mod tests {
         static T: LaunchPlan = LaunchPlan {
             kernel: "t",
             dims: &[
-                DimSpec { name: "a", value: 2, dynamic: true },
-                DimSpec { name: "b", value: 2, dynamic: true },
-                DimSpec { name: "c", value: 2, dynamic: true },
+                DimSpec { name: "a", value: 2, dynamic: true, derive: None },
+                DimSpec { name: "b", value: 2, dynamic: true, derive: None },
+                DimSpec { name: "c", value: 2, dynamic: true, derive: None },
             ],
             inputs: &[],
             outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(2)] }],

@@ -31,8 +31,8 @@ pub use element::Element;
 pub use error::Error;
 pub use layout::{Layouts, MAX_RANK};
 pub use plan::{
-    check_extent, check_len, check_tables, extents, Axis, DType, DimSpec, Factor, KernelLaunch, LaunchPlan, Param,
-    Product, Table, TensorSpec, WorkspaceSpec,
+    check_extent, check_len, check_tables, extents, split_count, Axis, DType, Derive, DimSpec, Factor, KernelLaunch,
+    LaunchPlan, Param, Product, Table, TensorSpec, WorkspaceSpec,
 };
 
 pub use cudarc;

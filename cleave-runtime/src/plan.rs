@@ -105,10 +105,61 @@ pub enum Table {
 pub struct DimSpec {
     /// The declared name.
     pub name: &'static str,
-    /// The static extent, or the representative one the schedule was chosen for when `dynamic`.
+    /// The static extent, or the representative one the schedule was chosen for when `dynamic`
+    /// or derived.
     pub value: u64,
     /// Whether the extent is a run-time argument of the launcher.
     pub dynamic: bool,
+    /// How the launcher computes the extent from the others (such a dim is not `dynamic`).
+    pub derive: Option<Derive>,
+}
+
+/// How a launcher computes a dim's extent from the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Derive {
+    /// The split count of a split-KV over requests of different lengths: [`split_count`] of
+    /// the split kernel's `blocks` besides the split and the entries a request has on average
+    /// (`entries` over the batch). It depends only on extents the launcher is given, so no
+    /// table is read and nothing synchronizes.
+    SplitCount {
+        /// The split kernel's blocks besides the split.
+        blocks: Product,
+        /// Every request's entries together (an upper bound: the packed axis' extent, the
+        /// page table's entries times the page size).
+        entries: Product,
+        /// The batch dim.
+        batch: u16,
+    },
+}
+
+/// Blocks a split-KV launch aims at: two waves of an H200's 132 SMs.
+pub const SPLIT_TARGET_BLOCKS: u64 = 264;
+/// The shortest chunk of a request worth a block of its own.
+pub const SPLIT_MIN_CHUNK: u64 = 256;
+/// The most parts a request is split into.
+pub const SPLIT_MAX: u64 = 32;
+
+/// The split count of a per-request dim for a launch whose split kernel has `blocks` blocks
+/// besides the split, over requests of `per_request` entries on average: enough parts to fill
+/// [`SPLIT_TARGET_BLOCKS`], none shorter than [`SPLIT_MIN_CHUNK`], at most [`SPLIT_MAX`]. The
+/// compiler ranks schedules with the same rule.
+pub fn split_count(blocks: u64, per_request: u64) -> u64 {
+    let by_blocks = SPLIT_TARGET_BLOCKS.div_ceil(blocks.max(1));
+    let by_length = (per_request / SPLIT_MIN_CHUNK).max(1);
+    by_blocks.min(by_length).clamp(1, SPLIT_MAX)
+}
+
+/// Fills in the derived extents of `values` (one per dim, the others already set).
+pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
+    for (i, dim) in plan.dims.iter().enumerate() {
+        let Some(Derive::SplitCount { blocks, entries, batch }) = dim.derive else { continue };
+        let b = blocks.eval(values).unwrap_or(1);
+        let e = entries.eval(values).unwrap_or(0);
+        let n = values.get(usize::from(batch)).copied().unwrap_or(1).max(1);
+        if let Some(slot) = values.get_mut(i) {
+            *slot = split_count(b, e / n);
+        }
+    }
 }
 
 /// One axis of a tensor's buffer.
@@ -517,7 +568,7 @@ impl Extents {
         let mut given = dynamic.iter();
         let mut out = Extents { len: plan.dims.len(), values: [0; MAX_DIMS] };
         // `validate` bounds the dim count by MAX_DIMS, so the zip covers every dim.
-        for (dim, slot) in plan.dims.iter().zip(&mut out.values) {
+        for (dim, slot) in plan.dims.iter().zip(&mut out.values).filter(|(d, _)| d.derive.is_none()) {
             // The count check above guarantees one given value per dynamic dim.
             let value = match dim.dynamic.then(|| given.next()).flatten() {
                 Some(&v) => u64::try_from(v).map_err(|_| Error::InvalidExtent {
@@ -530,10 +581,26 @@ impl Extents {
             check_extent(dim.name, value)?;
             *slot = value;
         }
+        let len = out.len;
+        derive_extents(plan, &mut out.values[..len]);
         for tensor in plan.inputs.iter().chain(plan.outputs) {
             tensor.elements(plan, &out)?;
         }
         Ok(out)
+    }
+}
+
+impl Extents {
+    /// These extents with every split count the launcher derives at its largest
+    /// ([`SPLIT_MAX`]): what a workspace sized once must hold for every launch up to them,
+    /// since a smaller batch can take more parts per request.
+    pub fn with_largest_splits(mut self, plan: &LaunchPlan) -> Self {
+        for (dim, slot) in plan.dims.iter().zip(&mut self.values) {
+            if dim.derive.is_some() {
+                *slot = SPLIT_MAX;
+            }
+        }
+        self
     }
 }
 
@@ -649,11 +716,13 @@ pub fn dynamic_from_shapes(plan: &LaunchPlan, shapes: &[&[usize]]) -> Result<Vec
                             (false, _) => known = known.saturating_mul(dim.value as usize),
                             (true, Some((v, _))) => known = known.saturating_mul(v),
                             (true, None) if unknown.is_none() => unknown = Some(m),
-                            (true, None) => return Err(mismatch(format!(
+                            (true, None) => {
+                                return Err(mismatch(format!(
                                 "the product of several dims, of which more than one ({} and {}) no other input gives",
                                 plan.dims[usize::from(unknown.unwrap_or(m))].name,
                                 dim.name
-                            ))),
+                            )))
+                            }
                         }
                     }
                     match unknown {
@@ -966,10 +1035,10 @@ mod tests {
     static PLAN: LaunchPlan = LaunchPlan {
         kernel: "attn",
         dims: &[
-            DimSpec { name: "h", value: 2, dynamic: false },
-            DimSpec { name: "s", value: 64, dynamic: true },
-            DimSpec { name: "l", value: 128, dynamic: true },
-            DimSpec { name: "d", value: 8, dynamic: false },
+            DimSpec { name: "h", value: 2, dynamic: false, derive: None },
+            DimSpec { name: "s", value: 64, dynamic: true, derive: None },
+            DimSpec { name: "l", value: 128, dynamic: true, derive: None },
+            DimSpec { name: "d", value: 8, dynamic: false, derive: None },
         ],
         inputs: &[
             TensorSpec { name: "q", dtype: DType::F16, shape: &[Axis::Dim(0), Axis::Dim(1), Axis::Dim(3)] },
@@ -1014,7 +1083,7 @@ mod tests {
     fn a_dynamic_dim_no_input_uses_cannot_be_inferred() {
         static OUT_ONLY: LaunchPlan = LaunchPlan {
             kernel: "fill",
-            dims: &[DimSpec { name: "n", value: 4, dynamic: true }],
+            dims: &[DimSpec { name: "n", value: 4, dynamic: true, derive: None }],
             inputs: &[],
             outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0)] }],
             workspaces: &[],

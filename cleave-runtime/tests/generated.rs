@@ -36,7 +36,10 @@ mod rowsum {
 
     pub static PLAN: LaunchPlan = LaunchPlan {
         kernel: "rowsum",
-        dims: &[DimSpec { name: "m", value: 3, dynamic: false }, DimSpec { name: "k", value: 100, dynamic: true }],
+        dims: &[
+            DimSpec { name: "m", value: 3, dynamic: false, derive: None },
+            DimSpec { name: "k", value: 100, dynamic: true, derive: None },
+        ],
         inputs: &[TensorSpec { name: "x", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::Dim(1)] }],
         outputs: &[TensorSpec { name: "y", dtype: DType::F32, shape: &[Axis::Dim(0), Axis::One] }],
         workspaces: &[WorkspaceSpec { elem_bytes: 4, len: Product(&[Factor::Dim(0), Factor::Const(SPLITS)]) }],

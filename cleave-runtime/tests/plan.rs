@@ -8,7 +8,7 @@ use cleave_runtime::{
 use std::ffi::{c_int, c_void};
 
 const fn dim(name: &'static str, value: u64, dynamic: bool) -> DimSpec {
-    DimSpec { name, value, dynamic }
+    DimSpec { name, value, dynamic, derive: None }
 }
 
 static ATTN: LaunchPlan = LaunchPlan {
@@ -188,4 +188,57 @@ fn a_zero_grid_launches_nothing() {
         host::execute(plan, &[must_not_run], &ext, &layouts, &[q.as_ptr(), k.as_ptr()], &[o.as_mut_ptr()], 0)
     };
     assert!(res.is_ok(), "{res:?}");
+}
+
+/// A split decode: `s` parts of every request, counted by the launcher from the batch and the
+/// page table's length; partials `[s, b, 8]` in the workspace.
+static SPLIT: LaunchPlan = LaunchPlan {
+    kernel: "split",
+    dims: &[
+        dim("b", 16, true),
+        dim("entries", 4096, true),
+        DimSpec {
+            name: "s",
+            value: 2,
+            dynamic: false,
+            derive: Some(cleave_runtime::Derive::SplitCount {
+                blocks: Product(&[Factor::Dim(0), Factor::Const(8)]),
+                entries: Product(&[Factor::Dim(1)]),
+                batch: 0,
+            }),
+        },
+    ],
+    inputs: &[],
+    outputs: &[],
+    workspaces: &[WorkspaceSpec { elem_bytes: 4, len: Product(&[Factor::Dim(2), Factor::Dim(0), Factor::Const(8)]) }],
+    launches: &[],
+    tables: &[],
+};
+
+#[test]
+fn split_counts_follow_the_extents_and_the_workspace_bound_covers_smaller_ones() {
+    // 264 blocks wanted: 16 requests × 8 blocks want 3 parts (of 1024 entries each, 4 would be
+    // allowed); one request wants 33, capped at 32; requests of 256 entries or fewer are not
+    // split.
+    assert_eq!(extents(&SPLIT, &[16, 16 * 1024]).unwrap()[2], 3);
+    assert_eq!(extents(&SPLIT, &[1, 65536]).unwrap()[2], 32);
+    assert_eq!(extents(&SPLIT, &[16, 16 * 200]).unwrap()[2], 1);
+    assert_eq!(cleave_runtime::split_count(128, 4096 / 16), 1);
+    // A workspace sized for some extents holds every launch at smaller ones, though a smaller
+    // batch takes more parts per request.
+    let bound = |d: &[u64]| {
+        let e = cleave_runtime::plan::Extents::new(&SPLIT, &d.iter().map(|x| *x as usize).collect::<Vec<_>>())
+            .unwrap()
+            .with_largest_splits(&SPLIT);
+        SPLIT.workspaces[0].len.eval(&e).unwrap()
+    };
+    let need = |d: &[u64]| {
+        let e = extents(&SPLIT, &d.iter().map(|x| *x as usize).collect::<Vec<_>>()).unwrap();
+        SPLIT.workspaces[0].len.eval(&e).unwrap()
+    };
+    for b in 1..=16u64 {
+        for entries in [1, 300, 4096, 60000] {
+            assert!(need(&[b, entries]) <= bound(&[16, 60000]), "b={b} entries={entries}");
+        }
+    }
 }

@@ -217,7 +217,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
 
     let mut summary: Vec<String> = graph_form.iter().map(|f| format!("graph: `{f}`")).collect();
     if !best.splits.is_empty() {
-        let s: Vec<String> = best.splits.iter().map(|s| format!("{} = {}", s.name, s.value)).collect();
+        let s: Vec<String> = best.splits.iter().map(|s| s.label(launch.dims())).collect();
         summary.push(format!("split-K: {}", s.join(", ")));
     }
     for k in &launch.kernels {

@@ -118,7 +118,7 @@ fn pictures(c: &Compiled, dir: &Path) -> Result<(), UserError> {
     let name = &c.declared.name;
     let best = &c.ranked[0];
     let chosen = best.candidate.launch.graph.graph();
-    let splits: Vec<String> = best.splits.iter().map(|s| format!("{}={}", s.name, s.value)).collect();
+    let splits: Vec<String> = best.splits.iter().map(|s| s.label(best.candidate.launch.dims())).collect();
     let chosen_title = match (best.graph_index, splits.is_empty()) {
         (None, _) => format!("{name}: the declared graph is scheduled as written"),
         (Some(i), true) => format!("{name}: found graph {} (chosen)", i + 1),

@@ -148,10 +148,11 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     } else {
         let values = eval_nodes(g, &b, &inputs).map_err(|e| UserError(format!("reference: {e}")))?;
         // How large the exponents got: the point of large-magnitude inputs is to reach them.
+        // Masked elements (-inf, whose exp is exactly 0) are not arguments of any size.
         let mut exp_range: Option<(f64, f64)> = None;
         for id in g.ids() {
             if g.node(id).op == Op::Unary(UnaryOp::Exp) {
-                for x in &values[g.node(id).args[0].index()].data {
+                for x in values[g.node(id).args[0].index()].data.iter().filter(|x| x.is_finite()) {
                     let (lo, hi) = exp_range.unwrap_or((*x, *x));
                     exp_range = Some((lo.min(*x), hi.max(*x)));
                 }

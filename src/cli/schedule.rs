@@ -61,7 +61,7 @@ pub(crate) fn table(c: &Compiled) -> String {
         let split = if r.splits.is_empty() {
             "-".to_string()
         } else {
-            r.splits.iter().map(|s| format!("{}={}", s.name, s.value)).collect::<Vec<_>>().join(",")
+            r.splits.iter().map(|s| s.label(l.dims())).collect::<Vec<_>>().join(",")
         };
         let g = &l.graph;
         let graph =

@@ -134,6 +134,28 @@ __device__ __forceinline__ long long cleave_page_off(
   if (pg < 0 || pg >= pages) return -1;
   return pg * stride_page + (l % PS) * stride_slot;
 }
+// Element `l` of a paged request in the fallback's stages: through the page table, zero for a
+// page outside the pool.
+template <long long PS, typename T>
+__device__ __forceinline__ float cleave_ld_page(const int* indices, long long first, long long l, long long pages,
+    long long stride_page, long long stride_slot, const T* p, long long base) {
+  const long long off = cleave_page_off<PS>(indices, first, l, pages, stride_page, stride_slot);
+  return off < 0 ? 0.0f : cleave::to_float(cleave::ld_global(p, base + off));
+}
+// The request a position of a packed axis (or an entry of a page table) belongs to: the last
+// one that starts at or before it. (The caller checks that the position is inside it.)
+__device__ __forceinline__ long long cleave_request_of(const int* indptr, long long batch, long long pos, long long bound) {
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (cleave_req_start(indptr, mid, bound) <= pos) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
 __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
 __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
 __device__ __forceinline__ float cleave_silu(float x) { return cleave_div(x, 1.0f + expf(-x)); }
@@ -225,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       }
     }
     __syncthreads();
-    {
+    if (n_j0 > 0) {
       const int j0 = 0;
       // t_x = Load(x)
       {

@@ -1,5 +1,5 @@
-//! Typed tensors on the host and on the device, whichever of f16, bf16 and f32 a declaration
-//! names, with seeded random filling and raw little-endian files.
+//! Typed tensors on the host and on the device, whichever of f16, bf16, f32 and i32 a
+//! declaration names, with seeded random filling and raw little-endian files.
 
 use std::io::Write;
 use std::path::Path;
@@ -70,6 +70,7 @@ macro_rules! elem {
 elem!(f16, F16, DType::F16, f16::from_f64, f16::to_f64, |x: f16| x.to_bits().to_le_bytes());
 elem!(bf16, Bf16, DType::BF16, bf16::from_f64, bf16::to_f64, |x: bf16| x.to_bits().to_le_bytes());
 elem!(f32, F32, DType::F32, |x: f64| x as f32, f64::from, |x: f32| x.to_le_bytes());
+elem!(i32, I32, DType::I32, |x: f64| x as i32, f64::from, |x: i32| x.to_le_bytes());
 
 /// A host tensor in its declared dtype.
 #[derive(Debug)]
@@ -77,6 +78,7 @@ pub(crate) enum HostBuf {
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
     F32(Vec<f32>),
+    I32(Vec<i32>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector of a `HostBuf` and `$t` to its element
@@ -87,6 +89,7 @@ macro_rules! with_host {
             HostBuf::F16($v) => $body,
             HostBuf::Bf16($v) => $body,
             HostBuf::F32($v) => $body,
+            HostBuf::I32($v) => $body,
         }
     };
 }
@@ -98,6 +101,8 @@ impl HostBuf {
             DType::F16 => HostBuf::F16(vec![f16::NAN; len]),
             DType::BF16 => HostBuf::Bf16(vec![bf16::NAN; len]),
             DType::F32 => HostBuf::F32(vec![f32::NAN; len]),
+            // No NaN: all-ones bytes, as on the device.
+            DType::I32 => HostBuf::I32(vec![-1; len]),
         }
     }
 
@@ -109,6 +114,7 @@ impl HostBuf {
             DType::F16 => HostBuf::F16(random_vec(len, std, seed)),
             DType::BF16 => HostBuf::Bf16(random_vec(len, std, seed)),
             DType::F32 => HostBuf::F32(random_vec(len, std, seed)),
+            DType::I32 => HostBuf::I32(random_vec(len, std, seed)),
         }
     }
 
@@ -148,6 +154,7 @@ impl HostBuf {
             HostBuf::F16(v) => DevBuf::F16(stream.clone_htod(v).map_err(|e| BenchError::driver(what, e))?),
             HostBuf::Bf16(v) => DevBuf::Bf16(stream.clone_htod(v).map_err(|e| BenchError::driver(what, e))?),
             HostBuf::F32(v) => DevBuf::F32(stream.clone_htod(v).map_err(|e| BenchError::driver(what, e))?),
+            HostBuf::I32(v) => DevBuf::I32(stream.clone_htod(v).map_err(|e| BenchError::driver(what, e))?),
         })
     }
 }
@@ -185,6 +192,7 @@ pub(crate) enum DevBuf {
     F16(CudaSlice<f16>),
     Bf16(CudaSlice<bf16>),
     F32(CudaSlice<f32>),
+    I32(CudaSlice<i32>),
 }
 
 impl DevBuf {
@@ -198,13 +206,14 @@ impl DevBuf {
                 DType::F16 => DevBuf::F16(stream.alloc::<f16>(len).map_err(|e| BenchError::driver(what, e))?),
                 DType::BF16 => DevBuf::Bf16(stream.alloc::<bf16>(len).map_err(|e| BenchError::driver(what, e))?),
                 DType::F32 => DevBuf::F32(stream.alloc::<f32>(len).map_err(|e| BenchError::driver(what, e))?),
+                DType::I32 => DevBuf::I32(stream.alloc::<i32>(len).map_err(|e| BenchError::driver(what, e))?),
             }
         };
         buf.poison(stream)?;
         Ok(buf)
     }
 
-    /// Fills every byte with 0xFF (NaN in f16, bf16 and f32).
+    /// Fills every byte with 0xFF (NaN in f16, bf16 and f32; -1 in i32).
     pub(crate) fn poison(&mut self, stream: &Arc<CudaStream>) -> Result<(), BenchError> {
         fn fill<T: Elem>(s: &mut CudaSlice<T>, stream: &Arc<CudaStream>) -> Result<(), BenchError> {
             let bytes = s.num_bytes();
@@ -218,6 +227,7 @@ impl DevBuf {
             DevBuf::F16(s) => fill(s, stream),
             DevBuf::Bf16(s) => fill(s, stream),
             DevBuf::F32(s) => fill(s, stream),
+            DevBuf::I32(s) => fill(s, stream),
         }
     }
 
@@ -236,6 +246,7 @@ impl DevBuf {
             DevBuf::F16(s) => HostBuf::F16(stream.clone_dtoh(s).map_err(|e| BenchError::driver(what, e))?),
             DevBuf::Bf16(s) => HostBuf::Bf16(stream.clone_dtoh(s).map_err(|e| BenchError::driver(what, e))?),
             DevBuf::F32(s) => HostBuf::F32(stream.clone_dtoh(s).map_err(|e| BenchError::driver(what, e))?),
+            DevBuf::I32(s) => HostBuf::I32(stream.clone_dtoh(s).map_err(|e| BenchError::driver(what, e))?),
         })
     }
 }

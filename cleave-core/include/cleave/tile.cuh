@@ -310,7 +310,11 @@ __host__ __device__ __forceinline__ xf xf_add(xf a, xf b) {
 
 __host__ __device__ __forceinline__ xf xf_sub(xf a, xf b) { return xf_add(a, xf_neg(b)); }
 __host__ __device__ __forceinline__ xf xf_mul(xf a, xf b) { return xf_norm(a.m * b.m, (long long)a.e + b.e); }
-__host__ __device__ __forceinline__ xf xf_div(xf a, xf b) { return xf_norm(a.m / b.m, (long long)a.e - b.e); }
+// 0 / 0 is 0, as everywhere in the language (a row that sees no key averages nothing).
+__host__ __device__ __forceinline__ xf xf_div(xf a, xf b) {
+  if (a.m == 0.0f && b.m == 0.0f) return xf{0.0f, 0};
+  return xf_norm(a.m / b.m, (long long)a.e - b.e);
+}
 
 // a < b for non-NaN values.
 __host__ __device__ __forceinline__ bool xf_less(xf a, xf b) {

@@ -183,6 +183,28 @@ __device__ __forceinline__ long long cleave_page_off(
   if (pg < 0 || pg >= pages) return -1;
   return pg * stride_page + (l % PS) * stride_slot;
 }
+// Element `l` of a paged request in the fallback's stages: through the page table, zero for a
+// page outside the pool.
+template <long long PS, typename T>
+__device__ __forceinline__ float cleave_ld_page(const int* indices, long long first, long long l, long long pages,
+    long long stride_page, long long stride_slot, const T* p, long long base) {
+  const long long off = cleave_page_off<PS>(indices, first, l, pages, stride_page, stride_slot);
+  return off < 0 ? 0.0f : cleave::to_float(cleave::ld_global(p, base + off));
+}
+// The request a position of a packed axis (or an entry of a page table) belongs to: the last
+// one that starts at or before it. (The caller checks that the position is inside it.)
+__device__ __forceinline__ long long cleave_request_of(const int* indptr, long long batch, long long pos, long long bound) {
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (cleave_req_start(indptr, mid, bound) <= pos) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
 __device__ __forceinline__ float cleave_sq(float x) { return x * x; }
 __device__ __forceinline__ float cleave_sigmoid(float x) { return cleave_div(1.0f, 1.0f + expf(-x)); }
 __device__ __forceinline__ float cleave_silu(float x) { return cleave_div(x, 1.0f + expf(-x)); }
@@ -419,7 +441,7 @@ impl Gen<'_> {
                     walk(expr, ext, &mut out);
                 }
                 Stmt::Store { expr, cols, .. } => walk(expr, self.col_extent(*cols), &mut out),
-                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } => {}
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } => {}
             }
         }
         let mut merged: Vec<(Limit, u64)> = Vec::new();
@@ -598,12 +620,13 @@ impl Gen<'_> {
     fn keeps(&self, at: &MaskAt) -> String {
         let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
         match at.mask {
-            Mask::Causal => format!(
-                "({} + (long long)col <= {} + {} - {})",
+            Mask::Causal { .. } => format!(
+                "({} + (long long)col <= {} + {} - {}{})",
                 self.affine(&at.col.base),
                 self.mask_row(at),
                 ext(at.col.extent),
-                ext(at.row.extent)
+                ext(at.row.extent),
+                shift_literal(at.mask.shift())
             ),
         }
     }
@@ -745,7 +768,28 @@ impl Gen<'_> {
                 None => self.store(*param, expr, *cols, tmap),
             },
             Stmt::Loop { iter, dim, tile, body } => self.pipelined_loop(*iter, *dim, *tile, body),
+            Stmt::Stage { src, dst } => self.stage(*src, *dst),
         }
+    }
+
+    /// A register tile through shared memory: every thread writes its elements, in the tile's
+    /// type, to the swizzled tile, which then holds every warp's columns.
+    fn stage(&mut self, src: BufId, dst: BufId) {
+        let BufKind::Smem { dtype, .. } = self.k.buf(dst).kind else { unreachable!("a stage writes shared memory") };
+        let cols = self.cols_of(src);
+        let t = ctype(dtype);
+        self.line(&format!("// {} = Stage({})", self.k.buf(dst).name, self.k.buf(src).name));
+        self.line("__syncthreads();  // the tile may hold the last iteration's operand, still being read");
+        self.open_rows();
+        self.open_cols(cols);
+        let ptr = self.tile_ptr(dst, "row", "col");
+        self.line(&format!(
+            "if (col < {cols}) cleave::st_shared<{t}>({ptr}, cleave::from_float<{t}>({}[mi][ni][2 * h + e]));",
+            self.buf_name(src)
+        ));
+        self.close();
+        self.close();
+        self.line("__syncthreads();");
     }
 
     fn row_reduce(&mut self, dst: BufId, op: ReduceOp, expr: &Expr, cols: u64, mask: &[Limit], acc: bool) {
@@ -1618,7 +1662,13 @@ impl Gen<'_> {
         for (at, c1, c0) in &causal {
             let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
             let last_row = format!("{} + {}LL", self.affine(&at.row.base), at.row.ext - 1);
-            let lim = format!("{last_row} + {} - {} - {}", ext(at.col.extent), ext(at.row.extent), self.affine(c0));
+            let lim = format!(
+                "{last_row} + {} - {}{} - {}",
+                ext(at.col.extent),
+                ext(at.row.extent),
+                shift_literal(at.mask.shift()),
+                self.affine(c0)
+            );
             trips = format!("cleave_min_ll({trips}, cleave_max_ll(0LL, ({lim}) < 0 ? -1LL : ({lim}) / {c1}LL + 1LL))");
         }
         self.line(&format!("const int n_{it} = (int){trips};"));
@@ -1639,8 +1689,11 @@ impl Gen<'_> {
         let saved_deferred = self.deferred.len();
         self.deferred.extend(deferred.iter().copied());
         if !loads.is_empty() {
+            // A loop with no iterations (a request's empty chunk, a causal block with nothing
+            // to see) loads nothing: the loop's waits would not run, and the copies would still
+            // be landing in shared memory the code after it reuses.
             self.line("__syncthreads();");
-            self.line("{");
+            self.line(&format!("if (n_{it} > 0) {{"));
             self.depth += 1;
             self.line(&format!("const int {it} = 0;"));
             for (d, p, tm) in &loads {
@@ -1681,12 +1734,13 @@ impl Gen<'_> {
             .map(|(at, _, _)| {
                 let ext = |d: Option<DimVar>| d.map_or("1LL".to_string(), |v| self.dim(v));
                 format!(
-                    "{} + {}LL <= {} + {} - {}",
+                    "{} + {}LL <= {} + {} - {}{}",
                     self.affine(&at.col.base),
                     at.col.ext - 1,
                     self.affine(&at.row.base),
                     ext(at.col.extent),
-                    ext(at.row.extent)
+                    ext(at.row.extent),
+                    shift_literal(at.mask.shift())
                 )
             })
             .collect();
@@ -1781,12 +1835,12 @@ impl Gen<'_> {
                 Stmt::Assign { expr, .. } | Stmt::RowReduce { expr, .. } | Stmt::Store { expr, .. } => {
                     walk(expr, &mut found)
                 }
-                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } => {}
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } => {}
             }
         }
         found
             .into_iter()
-            .filter(|at| at.mask == Mask::Causal)
+            .filter(|at| matches!(at.mask, Mask::Causal { .. }))
             .filter_map(|at| {
                 let t = at.col.base.terms.iter().find(|t| t.iter == iter && t.scale.is_none())?;
                 let c1 = t.coeff;
@@ -2102,4 +2156,14 @@ pub(super) fn emu_entry(
     let _ = writeln!(out, "  return cleave::emu::launch(L, [&] {{ {symbol}({}); }});", unpack.join(", "));
     let _ = writeln!(out, "}}\n#endif");
     out
+}
+
+/// ` + k` (or ` - k`) for a mask's diagonal shift, nothing for 0: the default causal mask's
+/// source stays as it was.
+fn shift_literal(k: i64) -> String {
+    match k {
+        0 => String::new(),
+        k if k > 0 => format!(" + {k}LL"),
+        k => format!(" - {}LL", k.unsigned_abs()),
+    }
 }

@@ -69,6 +69,23 @@ pub struct DimData {
     pub value: u64,
     /// Passed at run time.
     pub dynamic: bool,
+    /// Computed by the launcher from the other extents (mirrors the runtime's `Derive`).
+    pub derive: Option<DeriveData>,
+}
+
+/// How a launcher computes a dim (mirrors the runtime's `Derive`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum DeriveData {
+    /// The split count of a per-request dim: [`crate::plan::requests::split_count`] of the
+    /// split kernel's other blocks and the entries a request has on average.
+    SplitCount {
+        /// The split kernel's blocks besides the split.
+        blocks: Vec<FactorData>,
+        /// Every request's entries together (an upper bound).
+        entries: Vec<FactorData>,
+        /// The batch dim.
+        batch: u16,
+    },
 }
 
 /// A tensor of the plan.
@@ -226,7 +243,10 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
     let workspaces = launch
         .workspaces
         .iter()
-        .map(|w| Ok((w.ty.bytes(), w.shape.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, _>>()?)))
+        .map(|w| {
+            let axes = w.storage.as_ref().unwrap_or(&w.shape);
+            Ok((w.ty.bytes(), axes.iter().map(|d| factor(*d)).collect::<Result<Vec<_>, _>>()?))
+        })
         .collect::<Result<_, PlanDataError>>()?;
     let mut launches = Vec::new();
     for k in &launch.kernels {
@@ -280,13 +300,18 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
             .map_err(|_| PlanDataError::TooLarge { what: "dynamic shared memory", value: k.smem_bytes() })?;
         launches.push(LaunchData { symbol: k.symbol().to_string(), grid, threads: k.threads(), smem_bytes, params });
     }
-    let dims_out = kept
-        .iter()
-        .map(|v| {
-            let d = dims.get(*v);
-            DimData { name: d.name.clone(), value: d.value, dynamic: d.dynamic }
-        })
-        .collect();
+    let mut dims_out = Vec::with_capacity(kept.len());
+    for v in &kept {
+        let d = dims.get(*v);
+        let derive = if crate::plan::requests::is_runtime_split(dims, *v) {
+            Some(split_rule(launch, *v, &index)?)
+        } else {
+            None
+        };
+        // A derived dim is not given: the launcher computes it.
+        let dynamic = d.dynamic && derive.is_none();
+        dims_out.push(DimData { name: d.name.clone(), value: d.value, dynamic, derive });
+    }
     let mut tables = Vec::new();
     for (v, info) in dims.iter() {
         let Some(pr) = &info.per_request else { continue };
@@ -322,6 +347,40 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
     }
     tables.dedup();
     Ok(PlanData { kernel: kernel.to_string(), dims: dims_out, inputs, outputs, workspaces, launches, tables })
+}
+
+/// How the launcher computes the run-time split count `v` of a per-request dim.
+fn split_rule(
+    launch: &Launch,
+    v: DimVar,
+    index: &dyn Fn(DimVar) -> Result<u16, PlanDataError>,
+) -> Result<DeriveData, PlanDataError> {
+    let dims = launch.dims();
+    let DimKind::SplitCount { of } = dims.get(v).kind else { unreachable!("a split count") };
+    let pr = dims.get(of).per_request.as_ref().expect("a split count of a per-request dim");
+    let factor = |d: DimVar| -> Result<FactorData, PlanDataError> {
+        if dims.get(d).dynamic {
+            Ok(FactorData::Dim(index(d)?))
+        } else {
+            Ok(FactorData::Const(dims.get(d).value))
+        }
+    };
+    let mut blocks = Vec::new();
+    if let Some(k) = launch.kernels.iter().find(|k| k.grid().iter().any(|a| a.dim == v)) {
+        for a in k.grid().iter().filter(|a| a.dim != v) {
+            blocks.push(if dims.get(a.dim).dynamic {
+                FactorData::CeilDiv(index(a.dim)?, a.tile)
+            } else {
+                FactorData::Const(dims.get(a.dim).value.div_ceil(a.tile))
+            });
+        }
+    }
+    let entries = match &pr.kind {
+        PerRequestKind::Ragged { total: Some(t), .. } => vec![factor(*t)?],
+        PerRequestKind::Ragged { total: None, .. } => vec![FactorData::Const(dims.get(of).value), factor(pr.batch)?],
+        PerRequestKind::Paged { indices, page_size, .. } => vec![factor(indices.len)?, FactorData::Const(*page_size)],
+    };
+    Ok(DeriveData::SplitCount { blocks, entries, batch: index(pr.batch)? })
 }
 
 impl PlanData {
@@ -374,7 +433,20 @@ impl PlanData {
         let dims: Vec<String> = self
             .dims
             .iter()
-            .map(|d| format!("{rt}::DimSpec {{ name: {:?}, value: {}, dynamic: {} }}", d.name, d.value, d.dynamic))
+            .map(|d| {
+                let derive = match &d.derive {
+                    None => "::core::option::Option::None".to_string(),
+                    Some(DeriveData::SplitCount { blocks, entries, batch }) => format!(
+                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {batch} }})",
+                        factors(blocks),
+                        factors(entries)
+                    ),
+                };
+                format!(
+                    "{rt}::DimSpec {{ name: {:?}, value: {}, dynamic: {}, derive: {derive} }}",
+                    d.name, d.value, d.dynamic
+                )
+            })
             .collect();
         let _ = writeln!(s, "    dims: &[{}],", dims.join(", "));
         let _ = writeln!(s, "    inputs: &[{}],", self.inputs.iter().map(tensor).collect::<Vec<_>>().join(", "));

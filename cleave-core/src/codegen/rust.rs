@@ -610,8 +610,8 @@ mod tests {
         let plan = PlanData {
             kernel: "rowsum".into(),
             dims: vec![
-                DimData { name: "m".into(), value: 3, dynamic: false },
-                DimData { name: "k".into(), value: 100, dynamic: true },
+                DimData { name: "m".into(), value: 3, dynamic: false, derive: None },
+                DimData { name: "k".into(), value: 100, dynamic: true, derive: None },
             ],
             inputs: vec![TensorData {
                 name: "dims".into(),

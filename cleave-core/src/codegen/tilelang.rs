@@ -222,10 +222,11 @@ impl Py<'_> {
                     format!("({} + (i // {}) % {})", self.affine(&at.row.base), at.row.div, at.row.ext)
                 };
                 let keep = format!(
-                    "{} + j <= {row} + {} - {}",
+                    "{} + j <= {row} + {} - {} + {}",
                     self.affine(&at.col.base),
                     ext(at.col.extent),
-                    ext(at.row.extent)
+                    ext(at.row.extent),
+                    at.mask.shift()
                 );
                 format!("T.if_then_else({keep}, {}, -T.infinity(\"float32\"))", self.expr(a))
             }
@@ -301,6 +302,9 @@ impl Py<'_> {
                     self.name(*dst),
                     if *acc { "False" } else { "True" }
                 ));
+            }
+            Stmt::Stage { src, dst } => {
+                self.line(&format!("T.copy({}, {})", self.name(*src), self.name(*dst)));
             }
             Stmt::Mma { acc, a, b, accumulate, .. } => {
                 let (a, ta) = match a {

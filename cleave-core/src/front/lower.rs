@@ -13,7 +13,7 @@ use super::expr::{parse, Arg, BinTok, Expr, ExprKind};
 use super::ident::{check_ident, check_name, NameKind};
 use crate::graph::{
     normalize_axis, validate, BinaryOp, DType, Dim, DimTable, DimVar, Graph, IndexRef, Layout, Mask, NodeId, Op,
-    PerRequest, PerRequestKind, ReduceOp, Shape, StoreAxis, TensorDecl, UnaryOp, ValidGraph,
+    PerRequest, PerRequestKind, ReduceOp, Shape, StoreAxis, TensorDecl, UnaryOp, ValidGraph, MAX_DIAGONAL,
 };
 
 /// The largest extent of one axis. Grids, loop counters and per-axis offsets are 32-bit.
@@ -622,9 +622,10 @@ fn storage_layout(
                 return fail(
                     g.pos,
                     format!(
-                        "after the page axis of `{}`, the storage of `{}` needs its slot axis: the page size ({size})",
+                        "after the page axis of `{}`, the storage of `{}` needs its slot axis: the page size ({size}){}",
                         dims.get(paged).name,
-                        t.name
+                        t.name,
+                        if size == 1 { ", written `1`" } else { ", a static dim of that value (`page_size: N` in dims)" }
                     ),
                 );
             };
@@ -863,6 +864,7 @@ impl Lowering<'_> {
             "max" if args.iter().any(|a| a.keyword.is_some()) => &["axis"],
             "sum" | "mean" | "softmax" => &["axis"],
             "rmsnorm" => &["axis", "eps"],
+            "causal" => &["diagonal"],
             f if FUNCTIONS.contains(&f) => &[],
             _ => return self.fail(offset, format!("unknown op `{func}`; expected one of {}", FUNCTIONS.join(", "))),
         };
@@ -935,7 +937,22 @@ impl Lowering<'_> {
                 let r = if func == "sum" { ReduceOp::Sum } else { ReduceOp::Mean };
                 self.op(Op::Reduce(r, a), &xs, offset)
             }
-            "causal" => self.op(Op::Mask(Mask::Causal), &xs, offset),
+            "causal" => {
+                let diagonal = match keyword("diagonal") {
+                    Some(e) => {
+                        let v = self.int_literal(e)?;
+                        match i32::try_from(v) {
+                            Ok(d) if d.abs() <= MAX_DIAGONAL => d,
+                            _ => {
+                                return self
+                                    .fail(e.offset, format!("`diagonal` must be within ±{MAX_DIAGONAL}, got {v}"))
+                            }
+                        }
+                    }
+                    None => 0,
+                };
+                self.op(Op::Mask(Mask::Causal { diagonal }), &xs, offset)
+            }
             "softmax" => {
                 let a = axis(self, false)?;
                 let e = self.op(Op::Unary(UnaryOp::Exp), &[x], offset)?;

@@ -358,13 +358,15 @@ impl Parser {
                 "indptr" => &mut indptr,
                 "page_size" => &mut page_size,
                 "last_page_len" => &mut last_page_len,
-                other => return error(
-                    key.span(),
-                    format!(
+                other => {
+                    return error(
+                        key.span(),
+                        format!(
                         "unknown key `{other}` in `paged` of dim `{dim}`; expected `indices`, `indptr`, `page_size` \
                              and optionally `last_page_len`"
                     ),
-                ),
+                    )
+                }
             };
             let (text, span) = match value {
                 TokenTree::Ident(i) => (i.to_string(), i.span()),
@@ -640,6 +642,50 @@ mod tests {
                     body: |\n      y = silu(matmul(x, w1)) * matmul(x, w2)\n";
         let m = crate::front::check_source(yaml.as_bytes()).unwrap();
         assert_eq!(m.kernels[0].1.listing(), g.listing());
+    }
+
+    #[test]
+    fn serving_declarations_lower_like_the_yaml_form() {
+        // A paged decode with a page size, the last page's length, a runtime scale, grouped
+        // heads and two outputs; a ragged, causal prefill.
+        let inline = "name: decode,
+            dims: { b: dyn 16, pages: dyn 1024, entries: dyn 512, page: 64, g: 8, r: 4, d: 128,
+                    l: paged(indices = idx, indptr = ptr, page_size = page, last_page_len = last) 2048 },
+            inputs: { q: bf16[b, g, r, d] as [b, (g r), d], k: bf16[b, g, l, d] as [pages, page, g, d],
+                      ptr: i32[b + 1], idx: i32[entries], last: i32[b], scale: f32[] },
+            outputs: { o: bf16[b, g, r, d] as [b, (g r), d], lse: f32[b, g, r, 1] as [b, (g r)] },
+            body: { s = matmul(q, transpose(k)) * scale
+                    o = matmul(softmax(s), k)
+                    lse = log(sum(exp(s), axis=-1)) }";
+        let yaml = "kernels:\n  - name: decode\n    dims:\n      b: { value: 16, dynamic: true }\n      \
+                    pages: { value: 1024, dynamic: true }\n      entries: { value: 512, dynamic: true }\n      \
+                    page: 64\n      g: 8\n      r: 4\n      d: 128\n      l: { value: 2048, paged: { indices: idx, \
+                    indptr: ptr, page_size: page, last_page_len: last } }\n    inputs:\n      \
+                    q: \"bf16[b, g, r, d] as [b, (g r), d]\"\n      k: \"bf16[b, g, l, d] as [pages, page, g, d]\"\n      \
+                    ptr: \"i32[b + 1]\"\n      idx: \"i32[entries]\"\n      last: \"i32[b]\"\n      \
+                    scale: \"f32[]\"\n    outputs:\n      o: \"bf16[b, g, r, d] as [b, (g r), d]\"\n      \
+                    lse: \"f32[b, g, r, 1] as [b, (g r)]\"\n    body: |\n      s = matmul(q, transpose(k)) * scale\n      \
+                    o = matmul(softmax(s), k)\n      lse = log(sum(exp(s), axis=-1))\n";
+        let prefill = "name: prefill,
+            dims: { b: dyn 8, total: dyn 4096, h: 4, d: 64, s: ragged(qo) 512, l: ragged(kv) 512 },
+            inputs: { q: f16[b, h, s, d] as [total, h, d], k: f16[b, h, l, d] as [total, h, d],
+                      qo: i32[b + 1], kv: i32[b + 1] },
+            outputs: { o: f16[b, h, s, d] as [total, h, d] },
+            body: { o = matmul(softmax(causal(matmul(q, transpose(k)), diagonal=-1)), k) }";
+        let p = parse(tokens(inline)).unwrap();
+        let g = lower(&p.decl).unwrap();
+        let m = crate::front::check_source(yaml.as_bytes()).unwrap();
+        let y = &m.kernels[0].1;
+        assert_eq!(y.listing(), g.listing());
+        let shape = |g: &crate::graph::ValidGraph| -> Vec<String> {
+            let decls = g.inputs.iter().map(|t| &t.decl).chain(g.outputs.iter().map(|t| &t.decl));
+            decls.map(|d| format!("{:?} {:?}", d.dtype, d.layout)).collect()
+        };
+        assert_eq!(shape(y), shape(&g));
+        assert!(g.dims.iter().any(|(_, d)| d.per_request.is_some()));
+        let g = lower(&parse(tokens(prefill)).unwrap().decl).unwrap();
+        assert!(g.listing().contains("causal(") && g.listing().contains("diagonal=-1"), "{}", g.listing());
+        assert_eq!(g.dims.iter().filter(|(_, d)| d.per_request.is_some()).count(), 2);
     }
 
     #[test]

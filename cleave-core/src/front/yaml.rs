@@ -317,13 +317,15 @@ fn paged_decl(key: &MarkedYaml<'_>, v: &MarkedYaml<'_>, dim: &str) -> Result<Per
             "indptr" => &mut indptr,
             "page_size" => &mut page_size,
             "last_page_len" => &mut last_page_len,
-            other => return Err(Diagnostic::new(
-                pos_of(mk),
-                format!(
+            other => {
+                return Err(Diagnostic::new(
+                    pos_of(mk),
+                    format!(
                     "unknown key `{other}` in `paged` of dim `{dim}`; expected `indices`, `indptr`, `page_size` and \
                          optionally `last_page_len`"
                 ),
-            )),
+                ))
+            }
         };
         let Some(name) = name_of(mv, k == "page_size") else {
             let want = if k == "page_size" { "a dim name or a positive integer" } else { "a tensor name" };

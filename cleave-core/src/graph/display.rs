@@ -26,6 +26,7 @@ impl Graph {
             let call = match node.op {
                 Op::Reduce(r, axis) => format!("{}({}, axis={axis})", r.name(), args.join(", ")),
                 Op::Split(axis) => format!("split({}, axis={axis})", args[0]),
+                Op::Mask(m) => format!("{}({}{})", m.name(), args[0], m.arguments()),
                 op => format!("{}({})", op.name(), args.join(", ")),
             };
             let _ = writeln!(out, "{} = {call}  {}", self.label(id), self.dims.show(&node.shape));
@@ -68,7 +69,7 @@ impl Graph {
             Op::Transpose => format!("transpose({})", arg(0, 0)),
             Op::Reduce(r, axis) => format!("{}({}, axis={axis})", r.surface_name(), arg(0, 0)),
             Op::Split(axis) => format!("split({}, axis={axis})", arg(0, 0)),
-            Op::Mask(m) => format!("{}({})", m.name(), arg(0, 0)),
+            Op::Mask(m) => format!("{}({}{})", m.name(), arg(0, 0), m.arguments()),
         }
     }
 }

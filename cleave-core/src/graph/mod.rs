@@ -17,7 +17,7 @@ pub use dim::{Bindings, Dim, DimInfo, DimKind, DimTable, DimVar, IndexRef, PerRe
 pub(crate) use display::format_const;
 pub use dtype::DType;
 pub use layout::{Layout, StoreAxis};
-pub use op::{erf, BinaryOp, Mask, Op, ReduceOp, UnaryOp};
+pub use op::{erf, BinaryOp, Mask, Op, ReduceOp, UnaryOp, MAX_DIAGONAL};
 pub use shape::{broadcast, infer, normalize_axis, ShapeError};
 pub use valid::{validate, ValidGraph, ValidationError};
 

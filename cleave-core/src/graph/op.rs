@@ -55,22 +55,54 @@ pub enum ReduceOp {
     Mean,
 }
 
+/// The largest `|diagonal|` of a causal mask.
+pub const MAX_DIAGONAL: i32 = 1 << 14;
+
 /// Masks over the last two axes of a tensor (rows `i`, columns `j`). A masked element is
 /// `-inf`: an `exp` makes it 0 and a `max` ignores it, so it takes no part in a softmax or a
 /// log-sum-exp.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum Mask {
-    /// Keeps `j <= i + (L - S)` for `S` rows and `L` columns: the causal mask aligned at the
-    /// bottom right, so that with more columns than rows (a prefix of earlier keys) the last
-    /// row sees every column. With per-request (ragged) extents, `S` and `L` are the request's.
-    Causal,
+    /// Keeps `j <= i + (L - S) + diagonal` for `S` rows and `L` columns: the causal mask
+    /// aligned at the bottom right, so that with more columns than rows (a prefix of earlier
+    /// keys) the last row sees every column. With per-request (ragged) extents, `S` and `L` are
+    /// the request's. `diagonal` moves the boundary: -1 also hides each row's own column.
+    Causal {
+        /// Columns past the bottom-right diagonal that stay visible (negative: hidden).
+        diagonal: i32,
+    },
 }
 
 impl Mask {
     /// The declaration-language name.
     pub fn name(self) -> &'static str {
         match self {
-            Mask::Causal => "causal",
+            Mask::Causal { .. } => "causal",
+        }
+    }
+
+    /// The arguments after the tensor, as the declaration language writes them (none when
+    /// they are the defaults).
+    pub fn arguments(self) -> String {
+        match self {
+            Mask::Causal { diagonal: 0 } => String::new(),
+            Mask::Causal { diagonal } => format!(", diagonal={diagonal}"),
+        }
+    }
+
+    /// A small distinct number per mask (the search's canonical order packs it into a key):
+    /// the diagonal zigzagged, below 2^15 for the diagonals the front end accepts.
+    pub fn code(self) -> u64 {
+        match self {
+            Mask::Causal { diagonal } => u64::from((diagonal << 1 ^ (diagonal >> 31)) as u32),
+        }
+    }
+
+    /// The column offset of the boundary: element `(i, j)` is kept when
+    /// `j <= i + cols - rows + shift()`.
+    pub fn shift(self) -> i64 {
+        match self {
+            Mask::Causal { diagonal } => i64::from(diagonal),
         }
     }
 
@@ -78,7 +110,7 @@ impl Mask {
     /// the extents (a tile of a ragged axis); the rule is the same affine bound.
     pub fn keeps(self, i: u64, j: u64, rows: u64, cols: u64) -> bool {
         match self {
-            Mask::Causal => (j as i128) <= i as i128 + cols as i128 - rows as i128,
+            Mask::Causal { diagonal } => (j as i128) <= i as i128 + cols as i128 - rows as i128 + i128::from(diagonal),
         }
     }
 }
@@ -294,6 +326,7 @@ impl fmt::Display for Op {
             Op::Const(c) => write!(f, "{c}"),
             Op::Reduce(r, a) => write!(f, "{}[axis={a}]", r.name()),
             Op::Split(a) => write!(f, "split[axis={a}]"),
+            Op::Mask(Mask::Causal { diagonal }) if *diagonal != 0 => write!(f, "causal[diagonal={diagonal}]"),
             other => f.write_str(other.name()),
         }
     }

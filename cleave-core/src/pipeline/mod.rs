@@ -12,7 +12,7 @@ use rayon::prelude::*;
 pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
 use crate::arch::{common, Arch, SM80, SM90};
-use crate::graph::ValidGraph;
+use crate::graph::{DimVar, ValidGraph};
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
 use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
@@ -97,9 +97,22 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     // less precise than what was declared: equal in exact arithmetic, not in the kernel's.
     let declared_unit = rounding_unit(declared);
     for (gi, fg) in found.iter().flat_map(|f| f.graphs.iter()).enumerate() {
+        // Candidates that differ only in a split count the launcher chooses at run time are
+        // one candidate: the first stands for them.
+        let mut seen: Vec<Vec<(DimVar, u64)>> = Vec::new();
         for c in &fg.concrete {
+            let fixed: Vec<(DimVar, u64)> = c
+                .splits
+                .iter()
+                .filter(|s| c.graph.dims.get(s.of).per_request.is_none())
+                .map(|s| (s.count, s.value))
+                .collect();
+            if seen.contains(&fixed) {
+                continue;
+            }
+            seen.push(fixed);
             if rounding_unit(&c.graph) <= declared_unit {
-                jobs.push((Some(gi), c.splits.clone(), c.graph.clone()));
+                jobs.push((Some(gi), c.splits.clone(), crate::plan::requests::runtime_splits(c.graph.clone())));
             }
         }
     }

@@ -8,10 +8,10 @@
 use rayon::prelude::*;
 
 use crate::arch::Arch;
-use crate::graph::ValidGraph;
+use crate::graph::{DimKind, DimTable, DimVar, ValidGraph};
 use crate::plan::{
-    assemble, cost_of, fallback, kernel_cost, kernel_io, lower, partition, Cost, KernelGraph, KernelIo, Launch,
-    PartitionError, PlanError, Planned,
+    assemble, cost_of, fallback, kernel_cost, kernel_io, lower, partition, requests, Cost, KernelGraph, KernelIo,
+    Launch, PartitionError, PlanError, Planned, TileKernel,
 };
 use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
 
@@ -181,7 +181,13 @@ pub fn candidates(
                 None => continue 'firsts,
             }
         }
-        let seconds = chosen.iter().map(|s| s.cost.seconds).sum();
+        let seconds = if graph.dims.has_per_request() {
+            let kernels: Vec<(&TileKernel, u64)> =
+                chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
+            workload_seconds(&graph.dims, &kernels, arch)
+        } else {
+            chosen.iter().map(|s| s.cost.seconds).sum()
+        };
         let costs = chosen.iter().map(|s| s.cost).collect();
         let mut planned = Vec::with_capacity(chosen.len());
         let mut schedules = Vec::with_capacity(chosen.len());
@@ -197,6 +203,38 @@ pub fn candidates(
     }
     out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     Ok((out, stats))
+}
+
+/// The estimated seconds of a launch of a graph with per-request dims, summed over the
+/// [`workloads`](crate::plan::requests::workloads) one compile serves, each with the split
+/// counts the launch would choose for it.
+fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], arch: &Arch) -> f64 {
+    let mut total = 0.0;
+    for mut table in requests::workloads(dims) {
+        let counts: Vec<DimVar> =
+            table.iter().map(|(v, _)| v).filter(|v| requests::is_runtime_split(dims, *v)).collect();
+        for v in counts {
+            let DimKind::SplitCount { of } = table.get(v).kind else { continue };
+            let Some(k) = kernels.iter().map(|(k, _)| k).find(|k| k.grid.iter().any(|a| a.dim == v)) else { continue };
+            let blocks: u64 =
+                k.grid.iter().filter(|a| a.dim != v).map(|a| table.get(a.dim).value.div_ceil(a.tile).max(1)).product();
+            let per = requests::per_request_entries(&table, of, &|d| table.get(d).value);
+            table.get_mut(v).value = requests::split_count(blocks, per);
+        }
+        // Chunks follow their axis and count.
+        let chunks: Vec<(DimVar, DimVar, DimVar)> = table
+            .iter()
+            .filter_map(|(v, d)| match d.kind {
+                DimKind::SplitChunk { of, count } => Some((v, of, count)),
+                _ => None,
+            })
+            .collect();
+        for (v, of, count) in chunks {
+            table.get_mut(v).value = table.get(of).value.div_ceil(table.get(count).value.max(1));
+        }
+        total += kernels.iter().map(|(k, regs)| kernel_cost(k, &table, *regs, arch).seconds).sum::<f64>();
+    }
+    total
 }
 
 /// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph

@@ -149,6 +149,7 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                 t.simt += times * rows * cols * 4;
             }
             Stmt::RowReduce { cols, .. } => t.simt += times * rows * cols * 2,
+            Stmt::Stage { dst, .. } => t.smem += times * k.buf(*dst).smem_stage_bytes(),
             Stmt::Loop { dim, tile, body, .. } => {
                 let n = times * trips(dims, *dim, *tile);
                 t.iterations += n;

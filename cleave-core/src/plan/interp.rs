@@ -408,6 +408,17 @@ impl Block<'_> {
                     }
                     self.regs[acc.0 as usize] = out;
                 }
+                Stmt::Stage { src, dst } => {
+                    let (s, d) = (src.0 as usize, dst.0 as usize);
+                    let BufKind::Smem { dtype, cols, .. } = self.k.bufs[d].kind else { unreachable!("smem") };
+                    let mut tile = vec![0.0f32; self.regs[d].len()];
+                    for &r in &self.live {
+                        for c in 0..cols as usize {
+                            tile[r * cols as usize + c] = round(dtype, self.regs[s][r * cols as usize + c]);
+                        }
+                    }
+                    self.regs[d] = tile;
+                }
                 Stmt::Store { param, expr, cols, tmap, .. } => {
                     let p = self.k.params[param.0 as usize].clone();
                     let mut writes = Vec::new();
@@ -533,7 +544,7 @@ fn stage_value(
                 BinaryOp::Max => x.max(y),
             }
         }
-        SExpr::Mask { mask, value: v, row, col, rows, cols } => {
+        SExpr::Mask { mask, value: v, row, col, rows, cols, .. } => {
             let at = |i: &Ix| match i {
                 Ix::Zero => 0,
                 Ix::Out(j) => idx[*j as usize] as u64,
@@ -546,7 +557,7 @@ fn stage_value(
                 X32::from_float(f32::NEG_INFINITY)
             }
         }
-        SExpr::Reduce { op, extent, body } => {
+        SExpr::Reduce { op, extent, body, .. } => {
             let n = dims.extent(*extent);
             let mut acc = if *op == ReduceOp::Max { X32::from_float(f32::NEG_INFINITY) } else { X32::zero() };
             for j in 0..n {

@@ -157,7 +157,7 @@ pub fn assemble(
     for (k, p) in planned.into_iter().enumerate() {
         if let Some(shape) = p.max_shape {
             let name = format!("ws{}", workspaces.len());
-            workspaces.push(Workspace { name, shape, node: None, ty: WorkspaceType::F32 });
+            workspaces.push(Workspace { name, shape, node: None, ty: WorkspaceType::F32, storage: None });
             scaled.extend(p.scaled_outputs.iter().map(|&o| part.kernels[k].outputs[o]));
         }
         let mut kernel = p.kernel;

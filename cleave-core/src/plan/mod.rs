@@ -18,6 +18,7 @@ pub mod launch;
 pub mod lower;
 pub mod partition;
 pub mod program;
+pub mod requests;
 pub mod stage;
 
 pub use cost::{cost_of, kernel_cost, stage_cost, Cost};

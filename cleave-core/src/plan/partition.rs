@@ -66,6 +66,9 @@ pub struct Workspace {
     pub node: Option<NodeId>,
     /// Its elements.
     pub ty: WorkspaceType,
+    /// The buffer's axes where they are not the shape's: a fallback workspace over dims that
+    /// differ between requests stores them by position ([`super::stage::positions`]).
+    pub storage: Option<Vec<Dim>>,
 }
 
 /// The kernels of a launch, in order, and the workspaces between them.
@@ -181,7 +184,13 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
                     }
                 }
             }
-            workspaces.push(Workspace { name, shape: g.shape(id).to_vec(), node: Some(id), ty: WorkspaceType::F32 });
+            workspaces.push(Workspace {
+                name,
+                shape: g.shape(id).to_vec(),
+                node: Some(id),
+                ty: WorkspaceType::F32,
+                storage: None,
+            });
         }
     }
     for o in &g.outputs {

@@ -219,6 +219,10 @@ pub fn deferred_row_sums(loop_body: &[Stmt]) -> Vec<BufId> {
                     expr.bufs(out);
                     out.extend(*staging);
                 }
+                Stmt::Stage { src, dst } => {
+                    out.push(*src);
+                    out.push(*dst);
+                }
                 Stmt::Loop { body, .. } => uses(body, out),
             }
         }
@@ -305,6 +309,15 @@ pub enum Stmt {
         /// memory is written in whole 16-byte chunks, row by row; `None` stores each thread's
         /// elements directly. The result is the same either way.
         staging: Option<BufId>,
+    },
+    /// Copies a register tile (a product's left operand, computed in registers) into a shared
+    /// tile in the product's input type, so that every warp can read all of its columns:
+    /// warps that own slices of a wide accumulator each need the whole left operand.
+    Stage {
+        /// The Frag.
+        src: BufId,
+        /// The Smem tile (the block's rows × the Frag's columns).
+        dst: BufId,
     },
     /// A sequential loop: `iter` runs over `ceil(extent(dim) / tile)` iterations.
     Loop {
@@ -564,7 +577,7 @@ impl ShowKernel<'_> {
             Expr::ExpDiff(a, b) => format!("exp({} - {})", self.expr(a), self.expr(b)),
             Expr::MaskCols(a, _, fill) => format!("mask({}, {fill:?})", strip(&self.expr(a))),
             Expr::MaskSlice(a, _, fill) => format!("mask_slice({}, {fill:?})", strip(&self.expr(a))),
-            Expr::Mask(a, at) => format!("{}({})", at.mask.name(), strip(&self.expr(a))),
+            Expr::Mask(a, at) => format!("{}({}{})", at.mask.name(), strip(&self.expr(a)), at.mask.arguments()),
         }
     }
 
@@ -600,6 +613,9 @@ impl ShowKernel<'_> {
             }
             Stmt::Store { param, expr, tmap, .. } => {
                 out.push((depth, format!("Store({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap))));
+            }
+            Stmt::Stage { src, dst } => {
+                out.push((depth, format!("{} = Stage({})", self.name(*dst), self.name(*src))));
             }
             Stmt::Loop { iter, dim, tile, body } => {
                 out.push((

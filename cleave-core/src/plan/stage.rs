@@ -11,17 +11,31 @@
 //! generated CUDA): f32 precision with no overflow, so an exp needs no running max, and the
 //! workspaces between stages hold such values (8 bytes each). The fused schedules are ranked
 //! against this one by the cost model; this one always exists.
+//!
+//! Dims whose extent differs between requests (ragged, paged) are laid out by position: the
+//! first such dim of a tensor is packed with its batch (request `b`'s element `i` at position
+//! `start(b) + i` of the dim's slots: the packed total of a ragged dim, every slot of the page
+//! table's entries for a paged one), and any other is padded to its slots. A stage's grid runs
+//! over those positions, finds each one's request by binary search over the indptr, and leaves
+//! out positions past their request's length; a reduction over such a dim loops over the
+//! request's own length.
 
 use std::collections::BTreeMap;
 
 use super::error::PlanError;
 use super::partition::{Workspace, WorkspaceType};
 use super::program::{Binding, GridAxis, Param, ParamId};
-use crate::graph::{BinaryOp, DType, Dim, DimTable, DimVar, Graph, Mask, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
+use crate::graph::{
+    BinaryOp, DType, Dim, DimTable, DimVar, Graph, Mask, NodeId, Op, PerRequestKind, ReduceOp, UnaryOp, ValidGraph,
+};
 use crate::index::IterId;
 
 /// Threads per block of a stage kernel.
 pub const STAGE_THREADS: u64 = 256;
+
+/// The first iterator of the grid axes over per-request slots: `SLOT_ITERS + 2 * axis + k` for
+/// the `k`-th slot axis of space axis `axis` (the space's own axes use their index).
+pub const SLOT_ITERS: u32 = 1 << 16;
 
 /// Which element of a loaded tensor, per axis.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -65,6 +79,9 @@ pub enum SExpr {
         rows: Dim,
         /// The columns' extent.
         cols: Dim,
+        /// The request of the element, when an extent differs between requests: the index of
+        /// its batch axis.
+        batch: Option<Ix>,
     },
     /// The stage's reduction: `op` over `body` for every value of the loop index below
     /// `extent`. Only the root of a stage's tree is one.
@@ -73,9 +90,85 @@ pub enum SExpr {
         op: ReduceOp,
         /// The reduced axis' extent.
         extent: Dim,
+        /// For an extent that differs between requests: the index of the request (its batch
+        /// axis) whose length the loop runs to.
+        batch: Option<Ix>,
         /// The reduced value, in terms of [`Ix::Loop`].
         body: Box<SExpr>,
     },
+}
+
+/// How one axis of a tensor the fallback lays out itself (a stage's space, a workspace) is
+/// stored, when some of its dims differ between requests.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PosAxis {
+    /// An ordinary axis.
+    Dense(Dim),
+    /// The batch of the packed dim: its index is the request the position belongs to.
+    Folded,
+    /// The first per-request dim: request `b`'s element `i` at position `start(b) + i` of the
+    /// dim's [`slots`].
+    Packed(DimVar),
+    /// Another per-request dim: element `i` at position `i`, below the dim's [`slots`].
+    Padded(DimVar),
+}
+
+/// The positions of per-request dim `v`, as the axes that count them: the packed total of a
+/// ragged dim; the page table's entries and the page's slots for a paged one.
+pub fn slots(dims: &DimTable, v: DimVar) -> Result<Vec<Dim>, PlanError> {
+    let pr = dims.get(v).per_request.as_ref().ok_or(PlanError::PerRequest("a per-request dim without its facts"))?;
+    match &pr.kind {
+        PerRequestKind::Ragged { total: Some(t), .. } => Ok(vec![Dim::Var(*t)]),
+        PerRequestKind::Ragged { total: None, .. } => {
+            Err(PlanError::PerRequest("a ragged dim no tensor packs (its total is unknown)"))
+        }
+        PerRequestKind::Paged { indices, page_size, .. } => {
+            let size = if *page_size == 1 {
+                Dim::One
+            } else {
+                // The storage of a paged tensor names its page size as a static dim.
+                let found = dims.iter().find(|(_, d)| !d.dynamic && d.per_request.is_none() && d.value == *page_size);
+                Dim::Var(found.map(|(s, _)| s).ok_or(PlanError::PerRequest("a page size that is not a dim"))?)
+            };
+            Ok(vec![Dim::Var(indices.len), size])
+        }
+    }
+}
+
+/// The layout of a tensor of `shape` that the fallback stores itself: `None` when no dim
+/// differs between requests.
+pub fn positions(dims: &DimTable, shape: &[Dim]) -> Result<Option<Vec<PosAxis>>, PlanError> {
+    let first = shape.iter().find_map(|d| d.var().filter(|v| dims.get(*v).per_request.is_some()));
+    let Some(first) = first else { return Ok(None) };
+    let batch = dims.get(first).per_request.as_ref().map(|p| p.batch).expect("per-request");
+    if !shape.contains(&Dim::Var(batch)) {
+        return Err(PlanError::PerRequest("a per-request dim without its batch axis"));
+    }
+    Ok(Some(
+        shape
+            .iter()
+            .map(|d| match d.var() {
+                Some(v) if v == first => PosAxis::Packed(v),
+                Some(v) if v == batch => PosAxis::Folded,
+                Some(v) if dims.get(v).per_request.is_some() => PosAxis::Padded(v),
+                _ => PosAxis::Dense(*d),
+            })
+            .collect(),
+    ))
+}
+
+/// The buffer axes of a tensor laid out by [`positions`]: the slots of each per-request dim in
+/// place of it, nothing for the folded batch.
+pub fn position_storage(dims: &DimTable, axes: &[PosAxis]) -> Result<Vec<Dim>, PlanError> {
+    let mut out = Vec::new();
+    for a in axes {
+        match a {
+            PosAxis::Dense(d) => out.push(*d),
+            PosAxis::Folded => {}
+            PosAxis::Packed(v) | PosAxis::Padded(v) => out.extend(slots(dims, *v)?),
+        }
+    }
+    Ok(out)
 }
 
 /// One stage: every element of one tensor.
@@ -91,6 +184,9 @@ pub struct StageKernel {
     pub grid: Vec<GridAxis>,
     /// The written tensor's axes (its index space).
     pub space: Vec<Dim>,
+    /// With per-request dims: how the grid covers the space (one entry per space axis; the grid
+    /// axes of a per-request dim's slots have iterators from [`SLOT_ITERS`] up).
+    pub positions: Option<Vec<PosAxis>>,
     /// Elements of the last axis and of the one before it that a block covers.
     pub block: [u64; 2],
     /// The written parameter.
@@ -125,11 +221,13 @@ impl StageKernel {
                 SExpr::Binary(op, a, b) => {
                     format!("({} {} {})", go(k, a, dims, ix), op.symbol().unwrap_or("?"), go(k, b, dims, ix))
                 }
-                SExpr::Reduce { op, extent, body } => {
+                SExpr::Reduce { op, extent, body, .. } => {
                     let n = dims.show(&[*extent]);
                     format!("{}(r < {}: {})", op.name(), n.trim_matches(['[', ']']), go(k, body, dims, ix))
                 }
-                SExpr::Mask { mask, value, .. } => format!("{}({})", mask.name(), go(k, value, dims, ix)),
+                SExpr::Mask { mask, value, .. } => {
+                    format!("{}({}{})", mask.name(), go(k, value, dims, ix), mask.arguments())
+                }
             }
         }
         let out = &self.params[self.out.0 as usize];
@@ -166,6 +264,20 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// The index of the request of a tensor of `shape` at `at`, when one of `extents` differs
+    /// between requests: the index of that dim's batch axis.
+    fn request_of(&self, extents: &[Dim], shape: &[Dim], at: &[Ix]) -> Result<Option<Ix>, PlanError> {
+        let Some(pr) = extents.iter().find_map(|d| self.g.dims.per_request(*d)) else { return Ok(None) };
+        let axis = shape
+            .iter()
+            .position(|d| *d == Dim::Var(pr.batch))
+            .ok_or(PlanError::PerRequest("a per-request extent without its batch axis"))?;
+        match at[axis] {
+            Ix::Loop => Err(PlanError::PerRequest("a reduction over the requests of a per-request dim")),
+            ix => Ok(Some(ix)),
+        }
+    }
+
     /// The index of each axis of `arg` when its consumer, of `rank` axes, is at `at`
     /// (right-aligned broadcasting: a unit axis reads index 0).
     fn broadcast(&self, arg: NodeId, at: &[Ix]) -> Vec<Ix> {
@@ -190,6 +302,7 @@ impl Builder<'_> {
                 col: at[rank - 1],
                 rows: n.shape[rank - 2],
                 cols: n.shape[rank - 1],
+                batch: self.request_of(&n.shape[rank - 2..], &n.shape, at)?,
             },
             Op::Binary(b) => {
                 let (x, y) = (self.broadcast(n.args[0], at), self.broadcast(n.args[1], at));
@@ -219,8 +332,10 @@ impl Builder<'_> {
                 let mut inner = at.to_vec();
                 inner[axis as usize] = Ix::Loop;
                 let body = self.expr(n.args[0], &inner, root, params)?;
-                let extent = self.g.shape(n.args[0])[axis as usize];
-                SExpr::Reduce { op, extent, body: Box::new(body) }
+                let shape = self.g.shape(n.args[0]);
+                let extent = shape[axis as usize];
+                let batch = self.request_of(&[extent], shape, at)?;
+                SExpr::Reduce { op, extent, batch, body: Box::new(body) }
             }
             Op::MatMul => {
                 // out[.., i, j] = sum over k of a[.., i, k] * b[.., k, j], batch axes broadcast.
@@ -241,9 +356,11 @@ impl Builder<'_> {
                 let b = self.expr(n.args[1], &ib, root, params)?;
                 let a_shape = self.g.shape(n.args[0]);
                 let extent = a_shape[a_shape.len() - 1];
+                let batch = self.request_of(&[extent], a_shape, &ia)?;
                 SExpr::Reduce {
                     op: ReduceOp::Sum,
                     extent,
+                    batch,
                     body: Box::new(SExpr::Binary(BinaryOp::Mul, Box::new(a), Box::new(b))),
                 }
             }
@@ -294,9 +411,6 @@ fn out_index(space: &[Dim]) -> Vec<Ix> {
 
 /// The stages of `g`, in launch order, and the workspaces between them.
 pub fn stages(g: &ValidGraph) -> Result<(Vec<StageKernel>, Vec<Workspace>), PlanError> {
-    if g.dims.has_per_request() {
-        return Err(PlanError::PerRequest("the fallback stages have no work list for per-request dims"));
-    }
     let mut b = Builder { g, workspaces: BTreeMap::new(), pending: Vec::new() };
     // Outputs first, to learn which reductions later stages need; then those, until every
     // workspace read has a stage that writes it.
@@ -343,15 +457,20 @@ pub fn stages(g: &ValidGraph) -> Result<(Vec<StageKernel>, Vec<Workspace>), Plan
         Target::Workspace(id) => (0, id.0 as usize),
         Target::Output(o) => (1, *o),
     });
-    let workspaces = ws_shape
-        .iter()
-        .map(|(w, shape)| Workspace {
+    let mut workspaces = Vec::with_capacity(ws_shape.len());
+    for (w, shape) in &ws_shape {
+        let storage = match positions(&g.dims, shape)? {
+            Some(axes) => Some(position_storage(&g.dims, &axes)?),
+            None => None,
+        };
+        workspaces.push(Workspace {
             name: format!("ws{w}"),
             shape: shape.clone(),
             node: b.workspaces.iter().find(|(_, x)| *x == w).map(|(id, _)| *id),
             ty: WorkspaceType::Extended,
-        })
-        .collect();
+            storage,
+        });
+    }
     let kernels = built
         .into_iter()
         .map(|(_, space, value, mut params)| {
@@ -362,7 +481,7 @@ pub fn stages(g: &ValidGraph) -> Result<(Vec<StageKernel>, Vec<Workspace>), Plan
             }
             kernel(g, space, value, params)
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     Ok((kernels, workspaces))
 }
 
@@ -377,40 +496,77 @@ fn node_index(g: &Graph, node: NodeId, space: &[Dim]) -> Vec<Ix> {
 }
 
 /// A stage kernel writing `params[0]` over `space`.
-fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> StageKernel {
+fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> Result<StageKernel, PlanError> {
     let rep = |d: Dim| match d {
         Dim::One => 1,
         Dim::Var(v) => g.dims.get(v).value,
     };
-    let rank = space.len();
-    // A block covers up to 256 elements of the last axis and, when that is narrower, rows of
-    // the axis before it.
-    let last = if rank >= 1 { rep(space[rank - 1]) } else { 1 };
-    let w = last.next_power_of_two().min(STAGE_THREADS);
-    let rows = if rank >= 2 { (STAGE_THREADS / w).min(rep(space[rank - 2]).next_power_of_two()) } else { 1 };
-    let mut grid = Vec::new();
+    let positions = positions(&g.dims, &space)?;
+    // The grid's axes, outermost first: the space's own axes, or the slots of a per-request
+    // dim in its place (its folded batch has none).
+    let mut axes: Vec<(IterId, DimVar)> = Vec::new();
     for (j, d) in space.iter().enumerate() {
-        let Dim::Var(v) = *d else { continue };
-        let tile = if j + 1 == rank {
-            w
-        } else if j + 2 == rank {
-            rows
-        } else {
-            1
-        };
-        grid.push(GridAxis { iter: IterId(j as u32), dim: v, tile });
+        match positions.as_ref().map(|p| p[j]) {
+            None | Some(PosAxis::Dense(_)) => {
+                if let Dim::Var(v) = *d {
+                    axes.push((IterId(j as u32), v));
+                }
+            }
+            Some(PosAxis::Folded) => {}
+            Some(PosAxis::Packed(v) | PosAxis::Padded(v)) => {
+                for (k, slot) in slots(&g.dims, v)?.into_iter().enumerate() {
+                    if let Dim::Var(sv) = slot {
+                        axes.push((IterId(SLOT_ITERS + 2 * j as u32 + k as u32), sv));
+                    }
+                }
+            }
+        }
     }
+    // A block covers up to 256 elements of the last grid axis and, when that is narrower,
+    // rows of the axis before it.
+    let n = axes.len();
+    let last = if n >= 1 { rep(Dim::Var(axes[n - 1].1)) } else { 1 };
+    let w = last.next_power_of_two().min(STAGE_THREADS);
+    let rows = if n >= 2 { (STAGE_THREADS / w).min(rep(Dim::Var(axes[n - 2].1)).next_power_of_two()) } else { 1 };
+    let grid: Vec<GridAxis> = axes
+        .iter()
+        .enumerate()
+        .map(|(i, (iter, dim))| {
+            let tile = if i + 1 == n {
+                w
+            } else if i + 2 == n {
+                rows
+            } else {
+                1
+            };
+            GridAxis { iter: *iter, dim: *dim, tile }
+        })
+        .collect();
+    // Every per-request dim the stage touches brings its tables, and the extents that bound
+    // them; the per-request dims themselves are never passed (each request has its own).
+    let mut used: std::collections::BTreeSet<DimVar> = std::collections::BTreeSet::new();
     let mut extents = std::collections::BTreeSet::new();
     let mut dims = |d: Dim| {
         if let Dim::Var(v) = d {
-            if g.dims.get(v).dynamic {
+            let info = g.dims.get(v);
+            if info.per_request.is_some() {
+                used.insert(v);
+            } else if info.dynamic {
                 extents.insert(v);
             }
         }
     };
     space.iter().copied().for_each(&mut dims);
+    grid.iter().for_each(|a| dims(Dim::Var(a.dim)));
     for p in &params {
         p.shape.iter().flatten().for_each(|v| dims(Dim::Var(*v)));
+        for a in p.layout.iter().flat_map(|l| &l.axes) {
+            if let crate::graph::StoreAxis::Pages { pages, .. } | crate::graph::StoreAxis::Packed { total: pages, .. } =
+                a
+            {
+                dims(Dim::Var(*pages));
+            }
+        }
     }
     fn reduce_dims(e: &SExpr, f: &mut dyn FnMut(Dim)) {
         match e {
@@ -432,14 +588,31 @@ fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> Stage
         }
     }
     reduce_dims(&value, &mut dims);
-    StageKernel {
+    let mut params = Params { g, list: params };
+    for v in &used {
+        let pr = g.dims.get(*v).per_request.as_ref().expect("per-request");
+        for t in pr.tables() {
+            params.get(Binding::Input(t.input));
+            extents.insert(t.len);
+        }
+        extents.insert(pr.batch);
+        for s in slots(&g.dims, *v)? {
+            if let Dim::Var(sv) = s {
+                if g.dims.get(sv).dynamic {
+                    extents.insert(sv);
+                }
+            }
+        }
+    }
+    Ok(StageKernel {
         symbol: String::new(),
-        params,
+        params: params.list,
         extents: extents.into_iter().collect(),
         grid,
         space,
+        positions,
         block: [w, rows],
         out: ParamId(0),
         value,
-    }
+    })
 }

@@ -13,7 +13,7 @@ use super::config::TileConfig;
 use super::error::ScheduleError;
 use super::itgraph::{ItGraph, ItNode, LoopAxis, LoopKind};
 use super::tmap::{full_range, operand_tmaps, reduced_axis};
-use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId};
+use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId, Op};
 use crate::index::{Affine, AxisRange, IterId, Limit, TMap};
 
 /// Allocates fresh iterators.
@@ -262,8 +262,9 @@ fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut
             for &r in &group {
                 inside.extend(ancestors(r));
             }
-            // Producers (other than leaves) must be consumed only inside the loop, or they would
-            // have to be materialized whole for their other users.
+            // Producers must be consumed only inside the loop, or they would have to be
+            // materialized whole for their other users. Leaves and views of leaves (a split or a
+            // transpose of an input is only addressing) are loaded again at each level instead.
             let mut keep_outside = BTreeSet::new();
             for &u in &inside {
                 if group.contains(&u) {
@@ -271,8 +272,12 @@ fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut
                 }
                 let outside_users = users[u.index()].iter().any(|x| op_set.contains(x) && !inside.contains(x));
                 if outside_users {
-                    if g.node(u).op.is_leaf() {
-                        keep_outside.insert(u);
+                    if is_leaf_view(g, u) {
+                        // The view and the chain down to its leaf.
+                        let mut x = u;
+                        while keep_outside.insert(x) && !g.node(x).op.is_leaf() {
+                            x = g.node(x).args[0];
+                        }
                     } else {
                         return Err(ScheduleError::SharedUpstream(u));
                     }
@@ -323,5 +328,15 @@ fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut
             }
         }
         level.nodes = new_nodes;
+    }
+}
+
+/// True for a leaf, or a split or transpose of one: nodes that are only addressing into a
+/// buffer, so every loop level can load its own tile of them.
+fn is_leaf_view(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    match n.op {
+        Op::Split(_) | Op::Transpose => is_leaf_view(g, n.args[0]),
+        ref op => op.is_leaf(),
     }
 }

@@ -57,6 +57,13 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
                 let mut c = vec![e];
                 c.extend([64, 128].into_iter().filter(|t| *t < e && e % t == 0));
                 c
+            } else if !info.dynamic && e <= 512 {
+                // A whole row of up to 512 columns: the one tile with which an output axis that
+                // is also contracted (MLA's latent width, both the keys and the values) is read
+                // whole for the scores and sliced for nothing.
+                let mut c: Vec<u64> = vec![64, 128, 256].into_iter().filter(|t| *t < e).collect();
+                c.push(e);
+                c
             } else {
                 // A dynamic axis runs at any extent, down to 1: a small representative value
                 // gets the small tiles, never none.

@@ -256,7 +256,7 @@ impl OpCode {
             OpCode::Split(axis) => 2 + unary + reduce * rank + u64::from(axis),
             OpCode::MatMul => 2 + unary + (reduce + 1) * rank,
             OpCode::Binary(b) => 3 + unary + (reduce + 1) * rank + b as u64,
-            OpCode::Mask(m) => 3 + unary + (reduce + 1) * rank + BinaryOp::ALL.len() as u64 + m as u64,
+            OpCode::Mask(m) => 3 + unary + (reduce + 1) * rank + BinaryOp::ALL.len() as u64 + m.code(),
         }
     }
 }

@@ -80,6 +80,18 @@ pub struct SplitValue {
     pub predicated: bool,
 }
 
+impl SplitValue {
+    /// `s_l=4`; for a split of a dim whose extent differs between requests, `s_l=run time`:
+    /// the launcher counts the parts from its extents, and `value` only ranked the schedule.
+    pub fn label(&self, dims: &crate::graph::DimTable) -> String {
+        if dims.get(self.of).per_request.is_some() {
+            format!("{}=run time", self.name)
+        } else {
+            format!("{}={}", self.name, self.value)
+        }
+    }
+}
+
 /// One concrete graph for the scheduler.
 #[derive(Clone, Debug)]
 pub struct ConcreteCandidate {

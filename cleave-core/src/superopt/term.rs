@@ -86,8 +86,9 @@ define_language! {
         "mean" = Mean([Id; 2]),
         // 1 / |A| for an index set A: what turns a sum into a mean.
         "invsize" = InvSize(Id),
-        // A causal mask over the rows and columns whose atoms are child 0, of the body child 1.
-        "causal" = Causal([Id; 2]),
+        // A causal mask over the rows and columns whose atoms are child 0, with the diagonal
+        // offset child 1 (a constant), of the body child 2.
+        "causal" = Causal([Id; 3]),
         Set(AtomSet),
         Leaf(Leaf),
     }
@@ -125,7 +126,7 @@ impl Analysis<Term> for FreeAtoms {
                 Facts { free: free(x) & !set, set: None }
             }
             // The mask depends on the positions along its rows and columns.
-            Term::Causal([a, x]) => Facts { free: free(x) | egraph[*a].data.set.unwrap_or(0), set: None },
+            Term::Causal([a, _, x]) => Facts { free: free(x) | egraph[*a].data.set.unwrap_or(0), set: None },
             other => Facts { free: other.children().iter().fold(0, |m, c| m | free(c)), set: None },
         }
     }
@@ -165,7 +166,10 @@ pub(super) fn op_term(
             let positions = atoms.of_whole_dim(x[r - 2]) | atoms.of_whole_dim(x[r - 1]);
             let set = node(Term::Set(AtomSet(positions)))?;
             match m {
-                crate::graph::Mask::Causal => node(Term::Causal([set, args[0]])),
+                crate::graph::Mask::Causal { diagonal } => {
+                    let diagonal = node(Term::Leaf(Leaf::Const(f64::from(diagonal).to_bits())))?;
+                    node(Term::Causal([set, diagonal, args[0]]))
+                }
             }
         }
         Op::MatMul => {

@@ -156,7 +156,7 @@ fn collect_extents(body: &[Stmt], out: &mut BTreeSet<DimVar>) {
                     affine(&l.base, out);
                 }
             }
-            Stmt::Mma { .. } => {}
+            Stmt::Mma { .. } | Stmt::Stage { .. } => {}
             Stmt::Loop { dim, body, .. } => {
                 out.insert(*dim);
                 collect_extents(body, out);

@@ -147,8 +147,17 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     lowerer.level(it, &stab, &mut body)?;
     let (scaled_outputs, max_shape) = lowerer.stores(it, primary, &mut body)?;
 
-    let warps = lowerer.warps(cfg, &body);
-    let registers = lowerer.register_estimate(warps, &body);
+    let mut warps = lowerer.warps(cfg, &body);
+    let mut registers = lowerer.register_estimate(warps, &body);
+    // A product's left operand computed in registers keeps the block's rows in one warp, and
+    // with them every column of the accumulators. When those do not fit, the operand goes
+    // through shared memory instead: then the warps can split the columns (each reads the
+    // whole operand), as MLA's 512-wide output needs.
+    if registers > REGISTER_BUDGET && !lowerer.mma_a_frags.is_empty() {
+        lowerer.stage_left_operands(&mut body);
+        warps = lowerer.warps(cfg, &body);
+        registers = lowerer.register_estimate(warps, &body);
+    }
     if registers > REGISTER_BUDGET {
         return Err(PlanError::OverRegisterBudget { registers, budget: REGISTER_BUDGET });
     }
