@@ -42,6 +42,28 @@ fn schedule_json_has_the_contract_fields() {
 }
 
 #[test]
+fn schedule_plans_for_the_architectures_given() {
+    let smem = |args: &[&str]| -> u64 {
+        let mut all = vec!["schedule", KERNELS, "--kernel", "rmsnorm_matmul_decode", "--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = cleave(&all);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        let kernels = v["candidates"][0]["kernels"].as_array().expect("kernels").clone();
+        kernels.iter().map(|k| k["smem_bytes"].as_u64().expect("bytes")).max().expect("a launch")
+    };
+    // For the A100 and the H200 the best tile takes more than 99 KiB; listing sm_86, whose
+    // blocks get at most 101,376 bytes, makes the plan fit it.
+    let wide = smem(&["--arch", "80,90"]);
+    let fits = smem(&["--arch", "80,86,90"]);
+    assert!(wide > 101_376, "{wide}");
+    assert!(fits <= 101_376, "{fits}");
+    let (code, _, err) = cleave(&["schedule", KERNELS, "--kernel", "rmsnorm_matmul_decode", "--arch", "75"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--arch") && err.contains("older than sm_80"), "{err}");
+}
+
+#[test]
 fn search_json_lists_ops_topologically_with_the_output_last() {
     let (code, out, err) = cleave(&["search", KERNELS, "--kernel", "mha_d64_prefill", "--json"]);
     assert_eq!(code, 0, "{err}");

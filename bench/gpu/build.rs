@@ -34,7 +34,7 @@ fn run() -> Result<(), String> {
         .require_nvcc(true)
         .compile()
         .map_err(|e| format!("{e:?}"))?;
-    if report.fatbin.is_none() {
+    if report.fatbins.is_empty() {
         return Err("no fatbin was built; set NVCC (see bench/gpu/README.md)".to_string());
     }
 

@@ -399,6 +399,10 @@ impl Workspace {
 struct LoadedModule {
     module: Arc<CudaModule>,
     functions: HashMap<&'static str, LoadedFunction>,
+    /// The device's compute capability.
+    have: (u32, u32),
+    /// The most dynamic shared memory one block may opt in to on this device.
+    smem_optin: u32,
 }
 
 struct LoadedFunction {
@@ -450,7 +454,12 @@ fn load_module(ctx: &Arc<CudaContext>, fatbin: &Fatbin, kernel: &'static str) ->
         },
         _ => Error::Launch { kernel, message: describe("loading the fatbin", e) },
     })?;
-    Ok(LoadedModule { module, functions: HashMap::new() })
+    // Asked once per module, so that a plan too large for this GPU fails with its figures
+    // rather than with the driver's bare "invalid value" from the attribute call.
+    let smem_optin = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| Error::Launch { kernel, message: describe("querying the shared memory per block", e) })?;
+    Ok(LoadedModule { module, functions: HashMap::new(), have, smem_optin: u32::try_from(smem_optin).unwrap_or(0) })
 }
 
 impl LoadedModule {
@@ -466,6 +475,7 @@ impl LoadedModule {
                 e.insert(LoadedFunction { function: Arc::new(function), smem_limit: DEFAULT_DYNAMIC_SMEM })
             }
         };
+        check_smem(launch, kernel, self.smem_optin, self.have)?;
         if launch.smem_bytes > loaded.smem_limit {
             let step = format!("raising the dynamic shared memory limit of `{symbol}` to {} bytes", launch.smem_bytes);
             let value = i32::try_from(launch.smem_bytes)
@@ -478,6 +488,14 @@ impl LoadedModule {
         }
         Ok(Arc::clone(&loaded.function))
     }
+}
+
+/// Refuses a launch that asks for more shared memory per block than the device grants.
+fn check_smem(launch: &KernelLaunch, kernel: &'static str, allowed: u32, have: (u32, u32)) -> Result<(), Error> {
+    if launch.smem_bytes > allowed {
+        return Err(Error::SharedMemory { kernel, launch: launch.symbol, needed: launch.smem_bytes, allowed, have });
+    }
+    Ok(())
 }
 
 /// "`step`: CUDA_ERROR_NAME (the driver's description)".
@@ -861,5 +879,21 @@ mod tests {
         let bytes = workspace_bytes(&PLAN, &[big]).unwrap();
         assert!(matches!(run(&[big], (0x10_0000, bytes), &mut log), Err(Error::GridTooLarge { axis: 'y', .. })));
         assert!(log.is_empty(), "a failed call queued {log:?}");
+    }
+
+    #[test]
+    fn a_plan_over_the_device_shared_memory_is_refused_with_its_figures() {
+        let launch = KernelLaunch { smem_bytes: 139_520, ..PLAN.launches[0] };
+        // An RTX 4090 (sm_89) runs the sm_80 code but grants 99 KiB per block.
+        let err = check_smem(&launch, "rmsnorm_matmul", 101_376, (8, 9)).unwrap_err();
+        assert!(
+            matches!(err, Error::SharedMemory { needed: 139_520, allowed: 101_376, have: (8, 9), launch: "split", .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("sm_89") && text.contains("CUDA_COMPUTE_CAP including 89"), "{text}");
+        // An A100 grants 163 KiB: the same launch passes, as does one exactly at the limit.
+        assert!(check_smem(&launch, "rmsnorm_matmul", 166_912, (8, 0)).is_ok());
+        assert!(check_smem(&launch, "rmsnorm_matmul", 139_520, (8, 0)).is_ok());
     }
 }

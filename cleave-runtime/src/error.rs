@@ -208,6 +208,27 @@ pub enum Error {
         have: u64,
     },
 
+    /// A launch of the plan needs more shared memory per block than this GPU grants. The
+    /// plans of a default build fit the A100 and the H100/H200; sm_86 and sm_89 run the same
+    /// sm_80 code with 99 KiB.
+    #[error(
+        "kernel `{kernel}`: launch `{launch}` needs {needed} bytes of shared memory per block, but this GPU \
+         (sm_{}{}) grants at most {allowed}; rebuild with CUDA_COMPUTE_CAP including {}{} so the plans fit it",
+        have.0, have.1, have.0, have.1
+    )]
+    SharedMemory {
+        /// The declared kernel name.
+        kernel: &'static str,
+        /// The launched symbol.
+        launch: &'static str,
+        /// The bytes of dynamic shared memory the launch asks for.
+        needed: u32,
+        /// The most this device lets one block opt in to.
+        allowed: u32,
+        /// The device's compute capability.
+        have: (u32, u32),
+    },
+
     /// A CUDA driver call failed while loading or launching.
     #[error("kernel `{kernel}`: {message}")]
     Launch {

@@ -92,7 +92,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cleave_core::arch::{Arch as Budget, SM80, SM90};
+use cleave_core::arch::budgets;
 use cleave_core::codegen::headers;
 use cleave_core::front::check_source;
 use cleave_core::front::tokens::fingerprint;
@@ -463,28 +463,6 @@ impl Builder {
     }
 }
 
-/// The scheduler's hardware budgets for a set of architectures: the sm_80 or sm_90 model,
-/// with the architecture's own shared-memory limit (sm_86 and sm_89 have less than sm_80).
-fn budgets(arches: &ArchSet) -> Vec<Budget> {
-    let mut out: Vec<Budget> = arches
-        .sass()
-        .iter()
-        .map(|a| {
-            let mut b = if a.major >= 9 { SM90 } else { SM80 };
-            if let Some(smem) = a.smem_per_block() {
-                b.smem_per_block = b.smem_per_block.min(u64::from(smem));
-                b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
-            }
-            b
-        })
-        .collect();
-    out.dedup();
-    if out.is_empty() {
-        out = vec![SM80, SM90];
-    }
-    out
-}
-
 /// Writes each kernel's CUDA source and its host-emulation unit; returns both lists.
 fn write_sources(
     dir: &Path,
@@ -664,14 +642,6 @@ impl std::error::Error for BuildError {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn budgets_follow_the_architectures() {
-        assert_eq!(budgets(&ArchSet::default()), vec![SM80, SM90]);
-        let b = budgets(&ArchSet::parse("86").unwrap());
-        assert_eq!(b.len(), 1);
-        assert!(b[0].smem_per_block < SM80.smem_per_block);
-    }
 
     #[test]
     fn a_lockfile_keeps_the_plans_of_other_architectures() {

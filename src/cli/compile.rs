@@ -1,6 +1,8 @@
 //! Shared by the commands that run the pipeline: option parsing and the compile call.
 
+use cleave_core::arch::budgets;
 use cleave_core::pipeline::{compile, Compiled, Options};
+use cleave_core::toolchain::ArchSet;
 
 use super::{kernel, load, with_progress, Opts, UserError};
 
@@ -14,10 +16,7 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     let module = load(&o.file)?;
     let (decl, graph) = kernel(&module, o.required("kernel")?)?;
     let decl = decl.clone();
-    let mut opts = Options::default();
-    if o.switch("no-split") {
-        opts.search.split = false;
-    }
+    let opts = options(o)?;
     let c = with_progress(format!("compiling `{}`: search and schedule", graph.name), || compile(graph, &opts))
         .map_err(|e| {
             UserError(
@@ -26,4 +25,20 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
             )
         })?;
     Ok((decl, c))
+}
+
+/// The pipeline options the flags select: `--no-split`, and `--arch` (else `CUDA_COMPUTE_CAP`,
+/// so that the command shows the plan a build in the same environment would make).
+pub(crate) fn options(o: &Opts) -> Result<Options, UserError> {
+    let mut opts = Options::default();
+    if o.switch("no-split") {
+        opts.search.split = false;
+    }
+    let arches = match o.value("arch") {
+        Some(list) => ArchSet::parse(list),
+        None => ArchSet::from_env(|v| std::env::var_os(v)),
+    }
+    .map_err(|e| UserError(format!("--arch: {e}")))?;
+    opts.archs = budgets(&arches);
+    Ok(opts)
 }

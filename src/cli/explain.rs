@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use cleave_core::picture::{graph_svg, schedule_svg};
-use cleave_core::pipeline::{compile, Compiled, Options};
+use cleave_core::pipeline::{compile, Compiled};
 use cleave_core::superopt::explain_text;
 use cleave_core::symbolic::{eventually_reduced, symbolize};
 
@@ -71,10 +71,7 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         );
     }
 
-    let mut opts = Options::default();
-    if o.switch("no-split") {
-        opts.search.split = false;
-    }
+    let opts = super::compile::options(o)?;
     match with_progress(format!("compiling `{}`: search and schedule", graph.name), || compile(graph, &opts)) {
         Ok(c) => {
             match &c.search {

@@ -25,6 +25,12 @@ fn command() -> Command {
     let kernel = || Arg::new("kernel").long("kernel").value_name("NAME").required(true).help("the kernel to compile");
     let json = || Arg::new("json").long("json").action(ArgAction::SetTrue).help("machine-readable output (JSON)");
     let no_split = || Arg::new("no-split").long("no-split").action(ArgAction::SetTrue).help("search without Split-K");
+    let arch = || {
+        Arg::new("arch").long("arch").value_name("LIST").help(
+            "the architectures to plan for, as CUDA_COMPUTE_CAP takes them (80,86,90 or all); by default \
+             CUDA_COMPUTE_CAP, as a build reads it, else sm_80 and sm_90",
+        )
+    };
     let value = |name: &'static str, value_name: &'static str, help: &'static str| {
         Arg::new(name).long(name).value_name(value_name).help(help)
     };
@@ -45,20 +51,20 @@ fn command() -> Command {
         .subcommand(
             Command::new("schedule")
                 .about("Run the scheduling phase: the candidates, best first, and the chosen program")
-                .args([file(), kernel(), json(), no_split()])
+                .args([file(), kernel(), json(), no_split(), arch()])
                 .arg(value("rank", "N", "print the program of the candidate of this rank instead")),
         )
         .subcommand(
             Command::new("emit")
                 .about("Write the generated sources of one kernel")
-                .args([file(), kernel(), no_split()])
+                .args([file(), kernel(), no_split(), arch()])
                 .arg(value("target", "cuda|tilelang|rust", "what to generate").required(true))
                 .arg(value("out", "DIR", "the directory to write to").required(true)),
         )
         .subcommand(
             Command::new("explain")
                 .about("Every stage, readable: graphs, cost table, program")
-                .args([file(), kernel(), no_split()])
+                .args([file(), kernel(), no_split(), arch()])
                 .arg(value(
                     "svg",
                     "DIR",
@@ -73,7 +79,7 @@ fn command() -> Command {
                      races, hazards and out-of-bounds accesses, against the f64 reference; prints \
                      max_rel_err=<x> last",
                 )
-                .args([file(), kernel(), no_split()])
+                .args([file(), kernel(), no_split(), arch()])
                 .arg(value("backend", "emulate", "where to run (the host emulator)"))
                 .arg(value("dims", "NAME=N,...", "extents of dynamic dims, e.g. s=256,l=512"))
                 .arg(value("seed", "N", "the seed of the random inputs"))

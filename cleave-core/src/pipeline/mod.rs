@@ -11,11 +11,12 @@ use rayon::prelude::*;
 
 pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
-use crate::arch::{common, Arch, SM80, SM90};
+use crate::arch::{budgets, common, Arch};
 use crate::graph::{DimVar, ValidGraph};
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
 use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
+use crate::toolchain::ArchSet;
 
 /// Options of a whole compilation.
 #[derive(Clone, Debug)]
@@ -30,7 +31,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { search: SearchOptions::default(), archs: vec![SM80, SM90], top_k: 3 }
+        Options { search: SearchOptions::default(), archs: budgets(&ArchSet::default()), top_k: 3 }
     }
 }
 
