@@ -1,7 +1,5 @@
 //! Hardware limits the scheduler plans against. Published figures; nothing here is measured.
 
-use crate::toolchain::ArchSet;
-
 /// One GPU architecture's budget.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Arch {
@@ -73,45 +71,4 @@ pub fn common(archs: &[Arch]) -> Arch {
         a.smem_bandwidth = a.smem_bandwidth.min(b.smem_bandwidth);
     }
     a
-}
-
-/// The scheduler's budgets for the architectures one build targets: the sm_80 or sm_90 model
-/// of each SASS target, with that architecture's own shared-memory limit (sm_86 and sm_89
-/// grant 99 KiB per block where the A100 grants 163). The build, the macro and the command
-/// line all plan through this, so `cleave schedule --arch` shows what a build would choose.
-pub fn budgets(arches: &ArchSet) -> Vec<Arch> {
-    let mut out: Vec<Arch> = arches
-        .sass()
-        .iter()
-        .map(|a| {
-            let mut b = if a.major >= 9 { SM90 } else { SM80 };
-            if let Some(smem) = a.smem_per_block() {
-                b.smem_per_block = b.smem_per_block.min(u64::from(smem));
-                b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
-            }
-            b
-        })
-        .collect();
-    out.dedup();
-    if out.is_empty() {
-        out = vec![SM80, SM90];
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budgets_follow_the_architectures() {
-        assert_eq!(budgets(&ArchSet::default()), vec![SM80, SM90]);
-        let b = budgets(&ArchSet::parse("86").unwrap());
-        assert_eq!(b.len(), 1);
-        assert_eq!((b[0].smem_per_block, b[0].smem_per_sm), (101_376, 102_400));
-        // Listing sm_89 next to the defaults bounds the one common plan by its 99 KiB.
-        let b = budgets(&ArchSet::parse("80,89,90").unwrap());
-        assert_eq!(common(&b).smem_per_block, 101_376);
-        assert_eq!(common(&b).sms, 108);
-    }
 }

@@ -89,6 +89,25 @@ fn decode_attention_splits_and_merges_with_log_sum_exp() {
 }
 
 #[test]
+fn query_heads_sharing_a_kv_head_share_the_tile() {
+    // MQA's 32 heads read one K/V head and GQA's groups of 4 one each: the split kernel packs
+    // several of those heads into the rows of one block (at least 4 warps), so each K/V tile
+    // it loads serves them all, and the grid walks the heads in groups.
+    for (name, heads) in [("mqa_decode", "h"), ("gqa_decode", "r")] {
+        let c = compiled(name);
+        let split = c.best().kernels[0].tile().expect("a tile kernel");
+        assert!(split.rows >= 64, "{name}: {} rows", split.rows);
+        assert!(split.warps.m * split.warps.n >= 4, "{name}: {:?}", split.warps);
+        let dims = c.best().dims();
+        let h = dims.find(heads).expect("the heads dim");
+        // Heads per block: the grid axis's tile, or all of them when no grid axis walks them.
+        let per_block = split.grid.iter().find(|a| a.dim == h).map_or(dims.get(h).value, |a| a.tile);
+        assert!(per_block >= 4, "{name}: {per_block} heads per block");
+        assert_eq!(split.rows, 16 * per_block, "{name}: 16 queries of each packed head");
+    }
+}
+
+#[test]
 fn consecutive_reductions_stay_fused_at_long_sequences() {
     // MatMul+MatMul: one kernel, the first product never leaves the block.
     let c = compiled("matmul_matmul_prefill");

@@ -92,7 +92,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cleave_core::arch::budgets;
 use cleave_core::codegen::headers;
 use cleave_core::front::check_source;
 use cleave_core::front::tokens::fingerprint;
@@ -233,7 +232,7 @@ impl Builder {
             None => ArchSet::from_env(|v| env.var(v)),
         }
         .map_err(|e| BuildError::one(format!("{}: {e}", cleave_core::toolchain::COMPUTE_CAP_VAR)))?;
-        let mut opts = Options { archs: budgets(&arches), ..Options::default() };
+        let mut opts = Options { archs: arches.budgets(), ..Options::default() };
         if let Some(limit) = self.search_time_limit {
             opts.search.time_limit = limit;
         }

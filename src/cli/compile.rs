@@ -1,6 +1,5 @@
 //! Shared by the commands that run the pipeline: option parsing and the compile call.
 
-use cleave_core::arch::budgets;
 use cleave_core::pipeline::{compile, Compiled, Options};
 use cleave_core::toolchain::ArchSet;
 
@@ -39,6 +38,6 @@ pub(crate) fn options(o: &Opts) -> Result<Options, UserError> {
         None => ArchSet::from_env(|v| std::env::var_os(v)),
     }
     .map_err(|e| UserError(format!("--arch: {e}")))?;
-    opts.archs = budgets(&arches);
+    opts.archs = arches.budgets();
     Ok(opts)
 }

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
-use crate::arch::{budgets, common, Arch};
+use crate::arch::{common, Arch};
 use crate::graph::{DimVar, ValidGraph};
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
@@ -31,7 +31,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { search: SearchOptions::default(), archs: budgets(&ArchSet::default()), top_k: 3 }
+        Options { search: SearchOptions::default(), archs: ArchSet::default().budgets(), top_k: 3 }
     }
 }
 

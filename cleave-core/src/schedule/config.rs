@@ -81,11 +81,17 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             }
             c
         } else {
-            // Batch axes map to the grid; a small static axis next to the rows may instead be
-            // packed into the rows (grouped heads sharing one K/V head).
+            // Batch axes map to the grid; a static axis next to the rows may instead be packed
+            // into the rows, whole when small or in groups of 2, 4 or 8 that divide it, so
+            // that query heads sharing one K/V head (GQA's groups, all of MQA's heads) read
+            // each K/V tile once per block rather than once per head. Where the heads do not
+            // share (MHA), the packed tile's maps conflict and the scheduler refuses it.
             let mut c = vec![1];
-            if !info.dynamic && e > 1 && e <= 8 && j + 3 == rank && matches!(info.kind, DimKind::Plain) {
-                c.push(e);
+            if !info.dynamic && e > 1 && j + 3 == rank && matches!(info.kind, DimKind::Plain) {
+                c.extend([2, 4, 8].into_iter().filter(|&t| t < e && e % t == 0));
+                if e <= 8 {
+                    c.push(e);
+                }
             }
             c
         };

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::arch::{Arch as Budget, SM80, SM90};
+
 /// How specific an architecture's code is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Variant {
@@ -259,6 +261,30 @@ impl ArchSet {
         self.ptx
     }
 
+    /// The scheduler's budgets for this set: the sm_80 or sm_90 model of each SASS target,
+    /// with that architecture's own shared-memory limit (sm_86 and sm_89 grant 99 KiB per
+    /// block where the A100 grants 163). The build, the macro and the command line all plan
+    /// through this, so `cleave schedule --arch` shows what a build would choose.
+    pub fn budgets(&self) -> Vec<Budget> {
+        let mut out: Vec<Budget> = self
+            .sass
+            .iter()
+            .map(|a| {
+                let mut b = if a.major >= 9 { SM90 } else { SM80 };
+                if let Some(smem) = a.smem_per_block() {
+                    b.smem_per_block = b.smem_per_block.min(u64::from(smem));
+                    b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
+                }
+                b
+            })
+            .collect();
+        out.dedup();
+        if out.is_empty() {
+            out = vec![SM80, SM90];
+        }
+        out
+    }
+
     /// Whether the set targets nothing (possible only through [`ArchSet::new`]).
     pub fn is_empty(&self) -> bool {
         self.sass.is_empty()
@@ -284,5 +310,23 @@ impl ArchSet {
         let mut names: Vec<String> = self.sass.iter().map(|a| a.sm()).collect();
         names.extend(self.ptx.map(Arch::compute));
         names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::common;
+
+    #[test]
+    fn budgets_follow_the_architectures() {
+        assert_eq!(ArchSet::default().budgets(), vec![SM80, SM90]);
+        let b = ArchSet::parse("86").unwrap().budgets();
+        assert_eq!(b.len(), 1);
+        assert_eq!((b[0].smem_per_block, b[0].smem_per_sm), (101_376, 102_400));
+        // Listing sm_89 next to the defaults bounds the one common plan by its 99 KiB.
+        let b = ArchSet::parse("80,89,90").unwrap().budgets();
+        assert_eq!(common(&b).smem_per_block, 101_376);
+        assert_eq!(common(&b).sms, 108);
     }
 }
