@@ -319,6 +319,25 @@ struct TileGeom {
     stage_bytes: u64,
 }
 
+/// One thread's 16-byte copy of a tile chunk at (r, c) from `from`, `nv` elements of it valid
+/// (the rest zero-filled): the same line for dense and paged tensors.
+fn copy16(base: &str, g: &TileGeom, from: &str, nv: &str) -> String {
+    format!(
+        "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
+        g.row_bytes, g.size, g.mode, g.size
+    )
+}
+
+/// One thread's copy of the tile element at (r, c) from `src[idx]`, or a zero where `ok` is
+/// false: the element-wise form of [`copy16`].
+fn copy_element(base: &str, g: &TileGeom, dtype: DType, src: &str, idx: &str) -> String {
+    let t = ctype(dtype);
+    format!(
+        "cleave::st_shared<{t}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, {idx}) : cleave::from_float<{t}>(0.0f));",
+        g.row_bytes, g.size, g.mode
+    )
+}
+
 fn geom(b: &Buf) -> TileGeom {
     let BufKind::Smem { dtype, rows, cols } = b.kind else { unreachable!("geometry of a register buffer") };
     let size = dtype.size();
@@ -1429,10 +1448,7 @@ impl Gen<'_> {
                         } else {
                             at
                         };
-                        self.line(&format!(
-                            "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {from}, (int)({nv} * {}));",
-                            g.row_bytes, g.size, g.mode, g.size
-                        ));
+                        self.line(&copy16(&base, &g, &from, &nv));
                         if running {
                             self.line("src_w += step_;");
                         }
@@ -1446,10 +1462,7 @@ impl Gen<'_> {
                         } else {
                             format!("tb + {local}")
                         };
-                        self.line(&format!(
-                        "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), {src} + ({gi}), (int)({nv} * {}));",
-                        g.row_bytes, g.size, g.mode, g.size
-                    ));
+                        self.line(&copy16(&base, &g, &format!("{src} + ({gi})"), &nv));
                     }
                 }
             }
@@ -1458,14 +1471,7 @@ impl Gen<'_> {
             self.strided("ei", rows * cols, u64::from(threads));
             self.line(&format!("const int r = ei / {cols}, c = ei % {cols};"));
             self.line(&format!("const bool ok = {row_ok} && {col_ok};"));
-            self.line(&format!(
-                "cleave::st_shared<{}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, {idx}) : cleave::from_float<{}>(0.0f));",
-                ctype(dtype),
-                g.row_bytes,
-                g.size,
-                g.mode,
-                ctype(dtype)
-            ));
+            self.line(&copy_element(&base, &g, dtype, &src, &idx));
             self.close();
         }
         self.close();
@@ -1544,24 +1550,14 @@ impl Gen<'_> {
             self.line(&format!("const int r = ci / {cpr}, c = (ci % {cpr}) * {epc};"));
             self.line(&lookup("r", &row_ok));
             self.line(&format!("const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, {valid}) : 0LL;"));
-            self.line(&format!(
-                "cleave::cp_async_16({base} + cleave_off<{}, {}, {}>(r, c), nv > 0 ? {src} + (tb + pg_ + {local}) : {src}, (int)(nv * {}));",
-                g.row_bytes, g.size, g.mode, g.size
-            ));
+            self.line(&copy16(&base, &g, &format!("nv > 0 ? {src} + (tb + pg_ + {local}) : {src}"), "nv"));
             self.close();
         } else {
             self.strided("ei", rows * cols, threads);
             self.line(&format!("const int r = ei / {cols}, c = ei % {cols};"));
             self.line(&lookup("r", &row_ok));
             self.line(&format!("const bool ok = pg_ >= 0 && {col_ok};"));
-            self.line(&format!(
-                "cleave::st_shared<{}>({base} + cleave_off<{}, {}, {}>(r, c), ok ? cleave::ld_global({src}, tb + pg_ + {local}) : cleave::from_float<{}>(0.0f));",
-                ctype(dtype),
-                g.row_bytes,
-                g.size,
-                g.mode,
-                ctype(dtype)
-            ));
+            self.line(&copy_element(&base, &g, dtype, &src, &format!("tb + pg_ + {local}")));
             self.close();
         }
         self.close();
