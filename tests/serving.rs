@@ -469,6 +469,28 @@ fn op(name: &str) -> Operator {
 }
 
 #[test]
+fn the_compiler_and_the_launcher_split_alike() {
+    // The ranking plans split-KV with the core's rule and the launcher picks the count with
+    // the runtime's copy of it (neither crate depends on the other): they must agree.
+    use cleave::runtime::plan as rt;
+    use cleave_core::plan::requests as core;
+    assert_eq!(
+        (core::SPLIT_TARGET_BLOCKS, core::SPLIT_MIN_CHUNK, core::SPLIT_MAX),
+        (rt::SPLIT_TARGET_BLOCKS, rt::SPLIT_MIN_CHUNK, rt::SPLIT_MAX)
+    );
+    let mut split = 0;
+    for blocks in [0, 1, 2, 3, 7, 32, 64, 100, 264, 265, 1000, 1 << 20] {
+        for per_request in [0, 1, 255, 256, 257, 511, 1024, 4096, 8191, 16384, 1 << 30] {
+            let c = core::split_count(blocks, per_request);
+            assert_eq!(c, rt::split_count(blocks, per_request), "{blocks} blocks, {per_request} per request");
+            split = split.max(c);
+        }
+    }
+    // The sweep reaches the cap, so a change to either rule's clamp shows here.
+    assert_eq!(split, core::SPLIT_MAX);
+}
+
+#[test]
 fn paged_decode_over_ragged_lengths_empty_requests_and_shuffled_pages() {
     for name in
         ["gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps64"]
