@@ -2,7 +2,7 @@
 //! from the same source nvcc compiles, matches the f64 reference at odd extents.
 
 use cleave::emulate;
-use cleave_core::arch::SM80;
+use cleave_core::arch::{Targets, SM80};
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::front::check_source;
 use cleave_core::graph::{Bindings, ValidGraph};
@@ -26,7 +26,8 @@ fn transformed_forms_run_on_the_emulator() {
         } else {
             1.0
         };
-        let (cands, stats) = candidates(&g, &SM80, 1, &format!("cleave_{}", g.name)).expect("schedules");
+        let (cands, stats) =
+            candidates(&g, &Targets::new(&[SM80]), 1, &format!("cleave_{}", g.name)).expect("schedules");
         let launch = &cands.first().unwrap_or_else(|| panic!("{}: {stats:?}", g.name)).launch;
         let plan = plan_data(launch, &g.name).expect("plan");
         let lib = match emulate::compile(launch, &plan) {

@@ -57,6 +57,26 @@ pub const SM90: Arch = Arch {
     smem_bandwidth: 33.4e12,
 };
 
+/// What one plan is made for: the limits its kernels must fit on every GPU of the set, and
+/// the GPUs its candidates are timed on. A plan runs on all of them, so a candidate is ranked
+/// by the mean of its estimates on each (its waves counted on each one's SMs), not on a
+/// composite GPU with the fewest SMs of one and the bandwidth of another: a split count sized
+/// for an A100's 108 SMs leaves a fifth of an H200 idle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Targets {
+    /// The smallest of each limit ([`common`]).
+    pub fit: Arch,
+    /// Each GPU of the set.
+    pub gpus: Vec<Arch>,
+}
+
+impl Targets {
+    /// The targets of a set of budgets (at least one).
+    pub fn new(archs: &[Arch]) -> Targets {
+        Targets { fit: common(archs), gpus: archs.to_vec() }
+    }
+}
+
 /// The architecture a single generated kernel must fit everywhere: the smaller of each limit,
 /// so one plan runs on every target of the default fatbin (sm_80 and sm_90).
 pub fn common(archs: &[Arch]) -> Arch {

@@ -7,7 +7,7 @@ mod common;
 use cleave_core::arch::SM80;
 use cleave_core::graph::{Bindings, ReduceOp};
 use cleave_core::pipeline::{compile, Compiled, Options};
-use cleave_core::plan::{interp, Expr, Stmt, TileKernel};
+use cleave_core::plan::{interp, BufKind, Expr, MergeOp, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 
 fn compiled(name: &str) -> Compiled {
@@ -85,6 +85,45 @@ fn decode_attention_splits_and_merges_with_log_sum_exp() {
             loop_body(lp[0]).iter().filter(|s| matches!(s, Stmt::Assign { expr: Expr::ExpDiff(..), .. })).count();
         assert!(merges >= 1, "{name}");
         assert!(!c.ranked[0].splits.is_empty());
+    }
+}
+
+#[test]
+fn decode_blocks_keep_four_warps_busy() {
+    // Every decode kernel's streaming launch runs at least 4 warps per block. Where 16 rows
+    // need only one warp (MHA decode, and the product chain of matmul_matmul), the other warps
+    // split the keys of each tile: each keeps its own running state through the loop and one
+    // merge after it combines them, before the partials of the split are stored.
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels.yaml")).expect("kernels.yaml");
+    let module = cleave_core::front::check_source(&text).expect("kernels.yaml checks");
+    let decode: Vec<String> =
+        module.kernels.iter().map(|(d, _)| d.name.clone()).filter(|n| n.contains("_decode")).collect();
+    assert_eq!(decode.len(), 14);
+    for name in &decode {
+        let c = compiled(name);
+        let k = c.best().kernels[0].tile().unwrap_or_else(|| panic!("{name}: a tile kernel"));
+        assert!(k.warps.threads() >= 128, "{name}: {:?}", k.warps);
+    }
+    for name in ["mha_d64_decode", "mha_d128_decode", "matmul_matmul_decode"] {
+        let c = compiled(name);
+        let k = c.best().kernels[0].tile().expect("a tile kernel");
+        assert_eq!(k.rows, 16, "{name}");
+        assert!(k.warps.split && k.warps.n >= 4 && k.warps.m == 1, "{name}: {:?}", k.warps);
+        let at = k.body.iter().position(|s| matches!(s, Stmt::Loop { .. })).expect("a loop");
+        let Some(Stmt::Merge { parts, .. }) = k.body.get(at + 1) else { panic!("{name}: a merge after the loop") };
+        // The accumulators each warp keeps whole are merged into tiles the warps split again.
+        let whole: Vec<_> = parts
+            .iter()
+            .filter(|p| matches!(k.buf(p.src).kind, BufKind::Frag { whole: true, .. }))
+            .map(|p| k.buf(p.dst).kind)
+            .collect();
+        assert!(!whole.is_empty(), "{name}");
+        assert!(whole.iter().all(|b| matches!(b, BufKind::Frag { whole: false, .. })), "{name}");
+        // Attention's partials are scaled by the warps' running maxima.
+        if name.starts_with("mha") {
+            assert!(parts.iter().any(|p| p.op == MergeOp::Max), "{name}");
+            assert!(parts.iter().filter(|p| matches!(p.op, MergeOp::Scaled(_))).count() >= 2, "{name}");
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use cleave_core::arch::SM80;
+use cleave_core::arch::{Targets, SM80};
 use cleave_core::front::check_source;
 use cleave_core::graph::{
     validate, BinaryOp, Bindings, DType, Dim, Graph, Op, ReduceOp, TensorDecl, UnaryOp, ValidGraph,
@@ -24,7 +24,7 @@ fn check(g: &ValidGraph, oracle: &ValidGraph, scale: f64, top_k: usize) -> Vec<f
 
 /// Like [`check`], with some dynamic dims set by name.
 fn check_at(g: &ValidGraph, oracle: &ValidGraph, scale: f64, top_k: usize, set: &[(&str, u64)]) -> Vec<f64> {
-    let (cands, stats) = candidates(g, &SM80, top_k, "t").expect("partition");
+    let (cands, stats) = candidates(g, &Targets::new(&[SM80]), top_k, "t").expect("partition");
     assert!(!cands.is_empty(), "{}: no schedule ({stats:?})", g.name);
     let mut b = Bindings::of_table(&g.dims);
     for (v, d) in g.dims.iter() {
@@ -80,7 +80,7 @@ fn the_flashattention_schedule_is_found_not_templated() {
     let g = common::shipped("mha_d128_prefill");
     // The FA form, as the search returns it.
     let fa = fa_form(&g);
-    let (cands, _) = candidates(&fa, &SM80, 3, "t").expect("schedules");
+    let (cands, _) = candidates(&fa, &Targets::new(&[SM80]), 3, "t").expect("schedules");
     let best = &cands[0].launch;
     assert_eq!(best.kernels.len(), 1, "one kernel");
     let k = best.kernels[0].tile().expect("a tile kernel");
@@ -196,7 +196,7 @@ fn split_decode_form(g: &ValidGraph, parts: u64) -> ValidGraph {
 fn split_decode_runs_as_a_split_kernel_and_a_log_sum_exp_combine() {
     let g = common::shipped("mha_d64_decode");
     let sg = split_decode_form(&g, 4);
-    let (cands, stats) = candidates(&sg, &SM80, 2, "t").expect("schedules");
+    let (cands, stats) = candidates(&sg, &Targets::new(&[SM80]), 2, "t").expect("schedules");
     assert!(!cands.is_empty(), "{stats:?}");
     let l = &cands[0].launch;
     assert_eq!(l.kernels.len(), 2, "split + combine");
@@ -262,9 +262,9 @@ fn gemm_blocks_take_the_layout_of_fewest_fragment_loads() {
             Kernel::Stage(_) => panic!("{name}: a fused kernel is expected"),
         }
     };
-    assert_eq!(warps("matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
-    assert_eq!(warps("swiglu_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
-    assert_eq!(warps("rmsnorm_matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4 }));
+    assert_eq!(warps("matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4, split: false }));
+    assert_eq!(warps("swiglu_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4, split: false }));
+    assert_eq!(warps("rmsnorm_matmul_prefill"), (128, Warps { m: 2, n: 4, m_tiles: 4, split: false }));
     let (_, w) = warps("mha_d64_prefill");
     assert_eq!((w.n, w.m * w.n), (1, 8));
 }

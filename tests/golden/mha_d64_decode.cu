@@ -163,7 +163,7 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 32 threads, 16 rows, 67584 B smem
+//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 128 threads, 16 rows, 67840 B smem, 4 warps split the loop
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
@@ -182,11 +182,12 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 //       t9 = exp((0.125 * t9_x) - t9_m)
 //       t10 += Rowsum(t9)
 //       t11 += MMA(t9, t_v)
+//     MergeWarps(t9_m (max), t10 (sum at t9_m), t11_all <- t11 (sum at t9_m))
 //     Store(t10, ws0[i0, i1, i2*16:+16, 0])
-//     Store(t11, ws1[i0, i1, i2*16:+16, 0:+64])
+//     Store(t11_all, ws1[i0, i1, i2*16:+16, 0:+64])
 //     Store(t9_m, partial_max[i0, i1, i2*16:+16, 0])
 
-extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
+extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     const cleave::half* __restrict__ p0,
     const cleave::half* __restrict__ p1,
     const cleave::half* __restrict__ p2,
@@ -218,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   unsigned char* smem = cleave::dynamic_smem();
   (void)smem;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp, wn = 0;
+  const int wm = 0, wn = warp;
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
@@ -226,19 +227,22 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
   const long long i1 = bid % cleave_ceil_div(32LL, 1LL); bid /= cleave_ceil_div(32LL, 1LL);
   const long long i0 = bid % cleave_ceil_div(4LL, 1LL); bid /= cleave_ceil_div(4LL, 1LL);
   (void)bid;
+  float cross[1][2];
   float b0[1][2];  // t10: one per row
-  float b1[1][8][4];  // t11: 16 x 64
+  float b1[1][8][4];  // t11: 16 x 64, each warp its own
   float b2[1][2];  // t9_m: one per row
   // t_q: smem 16 x 64 f16 at byte 0
   // t_k: smem 128 x 64 f16 at byte 2048 (double-buffered)
   // t_v: smem 128 x 64 f16 at byte 34816 (double-buffered)
-  float b6[1][16][4];  // t7: 16 x 128
-  float b7[1][16][4];  // t9_x: 16 x 128
+  float b6[1][4][4];  // t7: 16 x 128
+  float b7[1][4][4];  // t9_x: 16 x 128
   float b8[1][2];  // t9_mt: one per row
   float b9[1][2];  // t9_mn: one per row
   float b10[1][2];  // t9_c: one per row
-  float b11[1][16][4];  // t9: 16 x 128
+  float b11[1][4][4];  // t9: 16 x 128
   // t_ws1_stage: smem 16 x 64 f32 at byte 0
+  float b13[1][2][4];  // t11_all: 16 x 64
+  // t_merge: smem 64 x 66 f32 at byte 0
   // t10 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -261,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     for (int ni = 0; ni < 8; ++ni)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+      const int col = ni * 8 + 2 * t + e;
       (void)col;
       b1[mi][ni][2 * h + e] = 0.0f;
     }
@@ -283,10 +287,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     const long long tb = ((16LL * i2) * si0_1 + (1LL * i1) * si0_0 + (0LL));
     const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
     const auto* src_w = p0 + (tb + (long long)r0 * (si0_1) + (long long)c);
-    const long long step_ = 4LL * (si0_1);
+    const long long step_ = 16LL * (si0_1);
     #pragma unroll
-    for (int it_ = 0; it_ < 4; ++it_) {
-      const int r = r0 + it_ * 4;
+    for (int it_ = 0; it_ < 1; ++it_) {
+      const int r = r0 + it_ * 16;
       const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
       cleave::cp_async_16((smem + 0) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
       src_w += step_;
@@ -306,9 +310,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
-        const long long step_ = 4LL * (si1_1);
-        for (int it_ = 0; it_ < 32; ++it_) {
-          const int r = r0 + it_ * 4;
+        const long long step_ = 16LL * (si1_1);
+        #pragma unroll
+        for (int it_ = 0; it_ < 8; ++it_) {
+          const int r = r0 + it_ * 16;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
           cleave::cp_async_16((smem + 2048 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
           src_w += step_;
@@ -319,9 +324,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
-        const long long step_ = 4LL * (si2_1);
-        for (int it_ = 0; it_ < 32; ++it_) {
-          const int r = r0 + it_ * 4;
+        const long long step_ = 16LL * (si2_1);
+        #pragma unroll
+        for (int it_ = 0; it_ < 8; ++it_) {
+          const int r = r0 + it_ * 16;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
           cleave::cp_async_16((smem + 34816 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
           src_w += step_;
@@ -340,9 +346,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
-          const long long step_ = 4LL * (si1_1);
-          for (int it_ = 0; it_ < 32; ++it_) {
-            const int r = r0 + it_ * 4;
+          const long long step_ = 16LL * (si1_1);
+          #pragma unroll
+          for (int it_ = 0; it_ < 8; ++it_) {
+            const int r = r0 + it_ * 16;
             cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
             src_w += step_;
           }
@@ -352,9 +359,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
           const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
-          const long long step_ = 4LL * (si2_1);
-          for (int it_ = 0; it_ < 32; ++it_) {
-            const int r = r0 + it_ * 4;
+          const long long step_ = 16LL * (si2_1);
+          #pragma unroll
+          for (int it_ = 0; it_ < 8; ++it_) {
+            const int r = r0 + it_ * 16;
             cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
             src_w += step_;
           }
@@ -368,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -380,17 +388,17 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 16; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 16 ? lane : (lane & 15);
-            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
             cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 16) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -406,10 +414,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b7[mi][ni][2 * h + e] = ((true) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
@@ -423,10 +431,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -477,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         for (int ni = 0; ni < 8; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = ni * 8 + 2 * t + e;
           (void)col;
           b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
         }
@@ -501,10 +509,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
@@ -518,10 +526,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
@@ -531,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -545,8 +553,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            const int bc = (0 * 8 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, wn * 32 + kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -571,9 +579,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
-            const long long step_ = 4LL * (si1_1);
-            for (int it_ = 0; it_ < 32; ++it_) {
-              const int r = r0 + it_ * 4;
+            const long long step_ = 16LL * (si1_1);
+            #pragma unroll
+            for (int it_ = 0; it_ < 8; ++it_) {
+              const int r = r0 + it_ * 16;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
               cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
               src_w += step_;
@@ -584,9 +593,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
-            const long long step_ = 4LL * (si2_1);
-            for (int it_ = 0; it_ < 32; ++it_) {
-              const int r = r0 + it_ * 4;
+            const long long step_ = 16LL * (si2_1);
+            #pragma unroll
+            for (int it_ = 0; it_ < 8; ++it_) {
+              const int r = r0 + it_ * 16;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
               cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
               src_w += step_;
@@ -602,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -614,17 +624,17 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 16; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 16 ? lane : (lane & 15);
-            const int br = wn * 16 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
             cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 16) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -640,10 +650,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
@@ -657,10 +667,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -711,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         for (int ni = 0; ni < 8; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+          const int col = ni * 8 + 2 * t + e;
           (void)col;
           b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
         }
@@ -735,10 +745,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
@@ -752,10 +762,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 16 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if ((col < cleave_room(cleave_ceil_div(e_l, 4LL) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 4LL) + 128LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
@@ -765,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -779,8 +789,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (wn * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, kk * 16, 0)));
+            const int bc = (0 * 8 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, wn * 32 + kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -796,6 +806,60 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
   }
+  // merge the warps' partials
+  __syncthreads();  // the scratch tile may overlap the loop's last tiles
+  #pragma unroll
+  for (int mi = 0; mi < 1; ++mi)
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    (void)row;
+    if (t == 0) cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 66 + 0), b2[mi][h]);
+    if (t == 0) cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 66 + 1), b0[mi][h]);
+    #pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = ni * 8 + 2 * t + e;
+      (void)col;
+      cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 66 + 2 + col), b1[mi][ni][2 * h + e]);
+    }
+  }
+  __syncthreads();
+  #pragma unroll
+  for (int mi = 0; mi < 1; ++mi)
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+    (void)row;
+    float f2_[4];
+    {
+      float top = -INFINITY;
+      for (int w = 0; w < 4; ++w) top = fmaxf(top, cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)));
+      for (int w = 0; w < 4; ++w) f2_[w] = cleave_exp_diff(cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)), top);
+    }
+    {
+      float acc = -INFINITY;
+      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)); acc = fmaxf(acc, v); }
+      b2[mi][h] = acc;
+    }
+    {
+      float acc = 0.0f;
+      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 1)); acc = acc + v * f2_[w]; }
+      b0[mi][h] = acc;
+    }
+    #pragma unroll
+    for (int ni = 0; ni < 2; ++ni)
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+      (void)col;
+      float acc = 0.0f;
+      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 2 + col)); acc = acc + v * f2_[w]; }
+      b13[mi][ni][2 * h + e] = acc;
+    }
+  }
+  __syncthreads();
   // Store(ws0)
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -816,18 +880,18 @@ extern "C" __global__ void __launch_bounds__(32, 1) cleave_mha_d64_decode_0(
     const int row = (wm * 1 + mi) * 16 + g + 8 * h;
     (void)row;
     #pragma unroll
-    for (int ni = 0; ni < 8; ++ni)
+    for (int ni = 0; ni < 2; ++ni)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = (wn * 8 + ni) * 8 + 2 * t + e;
+      const int col = (wn * 2 + ni) * 8 + 2 * t + e;
       (void)col;
-      cleave::st_shared<float>(((smem + 0) + cleave_off<256, 4, 1>(row, col)), cleave::from_float<float>(b1[mi][ni][2 * h + e]));
+      cleave::st_shared<float>(((smem + 0) + cleave_off<256, 4, 1>(row, col)), cleave::from_float<float>(b13[mi][ni][2 * h + e]));
     }
   }
   __syncthreads();
   #pragma unroll
-  for (int it_ = 0; it_ < 8; ++it_) {
-    const int ci = threadIdx.x + it_ * 32;
+  for (int it_ = 0; it_ < 2; ++it_) {
+    const int ci = threadIdx.x + it_ * 128;
     const int r = ci / 16, c = (ci % 16) * 4;
     if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true)) continue;
     float* dst = p4 + (((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (1LL * i0) * 32LL * e_b * 64LL + (0LL)) + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c));

@@ -19,8 +19,8 @@ use super::ident;
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, Mask, PerRequestKind, ReduceOp, StoreAxis, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{
-    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MmaA, MmaB, Param, ParamId,
-    ShowKernel, Src, Stmt, StrideParam, TileKernel,
+    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MergeOp, MergePart, MmaA, MmaB,
+    Param, ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel,
 };
 use crate::plan::{Kernel, Launch};
 
@@ -309,6 +309,9 @@ struct Gen<'a> {
     tile_value: Option<(BufId, String)>,
     /// Masks the enclosing loop proved to keep every element of its tiles.
     full_masks: Vec<MaskAt>,
+    /// Inside the loop the column warps split ([`Warps::split`]): each warp's row values are
+    /// its own partials until the merge, never exchanged.
+    in_split: bool,
 }
 
 /// Per-buffer swizzle facts.
@@ -460,7 +463,7 @@ impl Gen<'_> {
                     walk(expr, ext, &mut out);
                 }
                 Stmt::Store { expr, cols, .. } => walk(expr, self.col_extent(*cols), &mut out),
-                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } => {}
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } | Stmt::Merge { .. } => {}
             }
         }
         let mut merged: Vec<(Limit, u64)> = Vec::new();
@@ -516,13 +519,32 @@ impl Gen<'_> {
         cols.div_ceil(8 * u64::from(self.k.warps.n))
     }
 
+    /// Whether `b` is a whole Frag: every warp holds all its columns (its own partial).
+    fn whole(&self, b: BufId) -> bool {
+        matches!(self.k.buf(b).kind, BufKind::Frag { whole: true, .. })
+    }
+
+    /// The 8-column tiles of register buffer `b` this thread's warp holds.
+    fn frag_tiles_of(&self, b: BufId) -> u64 {
+        let cols = self.cols_of(b);
+        if self.whole(b) {
+            cols.div_ceil(8)
+        } else {
+            self.frag_tiles(cols)
+        }
+    }
+
     fn declare_regs(&mut self) {
         let mt = self.k.warps.m_tiles;
         for (i, b) in self.k.bufs.iter().enumerate() {
             match b.kind {
-                BufKind::Frag { cols } => {
-                    let nt = self.frag_tiles(cols);
-                    self.line(&format!("float b{i}[{mt}][{nt}][4];  // {}: {} x {cols}", b.name, self.k.rows));
+                BufKind::Frag { cols, whole } => {
+                    let nt = self.frag_tiles_of(BufId(i as u32));
+                    let per_warp = if whole { ", each warp its own" } else { "" };
+                    self.line(&format!(
+                        "float b{i}[{mt}][{nt}][4];  // {}: {} x {cols}{per_warp}",
+                        b.name, self.k.rows
+                    ));
                 }
                 BufKind::Rows => self.line(&format!("float b{i}[{mt}][2];  // {}: one per row", b.name)),
                 BufKind::Smem { dtype, rows, cols } => {
@@ -664,6 +686,19 @@ impl Gen<'_> {
         self.col_ext = 1;
     }
 
+    /// [`Self::open_cols`] over all `cols` in every warp: a whole Frag's element loops.
+    fn open_whole_cols(&mut self, cols: u64) {
+        let nt = cols.div_ceil(8);
+        self.line("#pragma unroll");
+        self.line(&format!("for (int ni = 0; ni < {nt}; ++ni)"));
+        self.line("#pragma unroll");
+        self.line("for (int e = 0; e < 2; ++e) {");
+        self.depth += 1;
+        self.line("const int col = ni * 8 + 2 * t + e;");
+        self.line("(void)col;");
+        self.col_ext = nt * 8;
+    }
+
     fn open_cols(&mut self, cols: u64) {
         let nt = self.frag_tiles(cols);
         self.line("#pragma unroll");
@@ -703,7 +738,7 @@ impl Gen<'_> {
 
     fn cols_of(&self, b: BufId) -> u64 {
         match self.k.buf(b).kind {
-            BufKind::Frag { cols } | BufKind::Smem { cols, .. } => cols,
+            BufKind::Frag { cols, .. } | BufKind::Smem { cols, .. } => cols,
             BufKind::Rows => 1,
         }
     }
@@ -773,7 +808,11 @@ impl Gen<'_> {
                     self.line("(void)ni; (void)e; (void)col;");
                     self.line(&format!("{}[mi][h] = {v};", self.buf_name(*dst)));
                 } else {
-                    self.open_cols(cols);
+                    if self.whole(*dst) {
+                        self.open_whole_cols(cols);
+                    } else {
+                        self.open_cols(cols);
+                    }
                     let v = self.expr(expr);
                     self.line(&format!("{}[mi][ni][2 * h + e] = {v};", self.buf_name(*dst)));
                     self.close();
@@ -788,7 +827,106 @@ impl Gen<'_> {
             },
             Stmt::Loop { iter, dim, tile, body } => self.pipelined_loop(*iter, *dim, *tile, body),
             Stmt::Stage { src, dst } => self.stage(*src, *dst),
+            Stmt::Merge { scratch, parts } => self.merge(*scratch, parts),
         }
+    }
+
+    /// Combines the warps' partial states after a loop they split: each warp writes its
+    /// partials to the scratch tile (a row value by the quad's first lane), then every warp
+    /// reads all of them back for its own rows and columns. A running max merges to the
+    /// largest; a scaled sum rescales each warp's term from that warp's max to the merged one.
+    fn merge(&mut self, scratch: BufId, parts: &[MergePart]) {
+        let n = self.k.warps.n;
+        let rows = self.k.rows;
+        let BufKind::Smem { cols: width, .. } = self.k.buf(scratch).kind else { unreachable!("scratch is smem") };
+        // Each part's first column in the scratch rows.
+        let mut at = Vec::with_capacity(parts.len());
+        let mut c = 0;
+        for p in parts {
+            at.push(c);
+            c += self.cols_of(p.src);
+        }
+        let base = self.k.buf(scratch).smem_offset;
+        let slot = |w: &str, col: &str| format!("smem + {base} + 4 * (({w} * {rows} + row) * {width} + {col})");
+        self.line("// merge the warps' partials");
+        self.line("__syncthreads();  // the scratch tile may overlap the loop's last tiles");
+        self.open_rows();
+        for (p, &c0) in parts.iter().zip(&at) {
+            let s = self.buf_name(p.src);
+            if self.cols_of(p.src) == 1 {
+                self.line(&format!(
+                    "if (t == 0) cleave::st_shared<float>({}, {s}[mi][h]);",
+                    slot("wn", &c0.to_string())
+                ));
+            } else {
+                self.open_whole_cols(self.cols_of(p.src));
+                self.line(&format!(
+                    "cleave::st_shared<float>({}, {s}[mi][ni][2 * h + e]);",
+                    slot("wn", &format!("{c0} + col"))
+                ));
+                self.close();
+            }
+        }
+        self.close();
+        self.line("__syncthreads();");
+        self.open_rows();
+        // The factor of each warp's terms, per running max a scaled part names.
+        let mut maxima: Vec<BufId> = parts
+            .iter()
+            .filter_map(|p| match p.op {
+                MergeOp::Scaled(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        maxima.sort_unstable();
+        maxima.dedup();
+        for &m in &maxima {
+            let Some(i) = parts.iter().position(|p| p.src == m) else { unreachable!("a scaled part's max merges too") };
+            let c0 = at[i];
+            let f = format!("f{}_", m.0);
+            self.line(&format!("float {f}[{n}];"));
+            self.line("{");
+            self.depth += 1;
+            self.line("float top = -INFINITY;");
+            self.line(&format!(
+                "for (int w = 0; w < {n}; ++w) top = fmaxf(top, cleave::ld_shared<float>({}));",
+                slot("w", &c0.to_string())
+            ));
+            self.line(&format!(
+                "for (int w = 0; w < {n}; ++w) {f}[w] = cleave_exp_diff(cleave::ld_shared<float>({}), top);",
+                slot("w", &c0.to_string())
+            ));
+            self.close();
+        }
+        for (p, &c0) in parts.iter().zip(&at) {
+            let d = self.buf_name(p.dst);
+            let wide = self.cols_of(p.src) > 1;
+            let col = if wide { format!("{c0} + col") } else { c0.to_string() };
+            let (init, term) = match p.op {
+                MergeOp::Sum => ("0.0f", "acc + v".to_string()),
+                MergeOp::Max => ("-INFINITY", "fmaxf(acc, v)".to_string()),
+                MergeOp::Scaled(m) => ("0.0f", format!("acc + v * f{}_[w]", m.0)),
+            };
+            if wide {
+                self.open_cols(self.cols_of(p.dst));
+            } else {
+                self.line("{");
+                self.depth += 1;
+            }
+            self.line(&format!("float acc = {init};"));
+            self.line(&format!(
+                "for (int w = 0; w < {n}; ++w) {{ const float v = cleave::ld_shared<float>({}); acc = {term}; }}",
+                slot("w", &col)
+            ));
+            if wide {
+                self.line(&format!("{d}[mi][ni][2 * h + e] = acc;"));
+            } else {
+                self.line(&format!("{d}[mi][h] = acc;"));
+            }
+            self.close();
+        }
+        self.close();
+        self.line("__syncthreads();");
     }
 
     /// A register tile through shared memory: every thread writes its elements, in the tile's
@@ -884,7 +1022,8 @@ impl Gen<'_> {
         if !deferred {
             self.line(&format!("part = {quad}(part);"));
         }
-        if self.k.warps.n > 1 && !deferred {
+        let exchange = self.k.warps.n > 1 && !deferred && !self.in_split;
+        if exchange {
             self.line("cross[mi][h] = part;");
         } else if deferred && acc {
             self.line(&format!("{d}[mi][h] = part;"));
@@ -894,7 +1033,7 @@ impl Gen<'_> {
             self.line(&format!("{d}[mi][h] = part;"));
         }
         self.close();
-        if self.k.warps.n > 1 && !deferred {
+        if exchange {
             let target = if acc { Some(d.as_str()) } else { None };
             self.exchange_rows("cross", &d, init, combine, target);
         }
@@ -985,9 +1124,19 @@ impl Gen<'_> {
         }
         self.line("{");
         self.depth += 1;
+        // Products into whole accumulators contract each warp's slice of the split loop's
+        // tile: `k / n` deep, from row (or column) `wn · k / n` of the operands.
+        let whole = self.whole(group[0].0);
+        debug_assert!(group.iter().all(|g| self.whole(g.0) == whole), "a group shares its left operand");
+        let (k, k_at) = if whole {
+            let share = k / u64::from(self.k.warps.n);
+            (share, format!("wn * {share} + kk * 16"))
+        } else {
+            (k, "kk * 16".to_string())
+        };
         for &(acc, _, accumulate) in group {
             if !accumulate {
-                let nt = self.frag_tiles(self.cols_of(acc));
+                let nt = self.frag_tiles_of(acc);
                 let c = self.buf_name(acc);
                 self.line("#pragma unroll");
                 self.line(&format!("for (int mi = 0; mi < {mt}; ++mi)"));
@@ -1020,10 +1169,10 @@ impl Gen<'_> {
                 } else if rows < self.row_span() {
                     self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + (lane & 15);"));
                     self.line(&format!("const int r = r0 < {rows} ? r0 : {};", rows - 1));
-                    self.a_rows_ldmatrix(buf);
+                    self.a_rows_ldmatrix(buf, &k_at);
                 } else {
                     self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
-                    self.a_rows_ldmatrix(buf);
+                    self.a_rows_ldmatrix(buf, &k_at);
                 }
             }
             MmaA::Smem { buf, trans: true } if self.table(OffTable::ATrans { buf }).is_some() => {
@@ -1049,8 +1198,10 @@ impl Gen<'_> {
             }
         }
         self.close();
+        // A whole accumulator's columns start at 0 in every warp; a sliced one's at its warp's.
+        let wn_cols = if whole { "0" } else { "wn" };
         for &(acc, b, _) in group {
-            let nt = self.frag_tiles(self.cols_of(acc));
+            let nt = self.frag_tiles_of(acc);
             let c = self.buf_name(acc);
             self.line("#pragma unroll");
             self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
@@ -1068,13 +1219,13 @@ impl Gen<'_> {
             {
                 (format!("{} + {tab}[kk] + nj * {}", self.smem_base(b.buf), 8 * rb), "cleave::ldmatrix_x4")
             } else if b.n_major {
-                self.line(&format!("const int br = wn * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
+                self.line(&format!("const int br = {wn_cols} * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
                 self.line("const int bc = ((ll >> 3) & 1) * 8;");
-                (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", "kk * 16"), "cleave::ldmatrix_x4")
+                (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", &k_at), "cleave::ldmatrix_x4")
             } else {
                 self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
-                self.line(&format!("const int bc = (wn * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
-                (self.tile_ptr_split(b.buf, "br", "bc", "kk * 16", "0"), "cleave::ldmatrix_x4_trans")
+                self.line(&format!("const int bc = ({wn_cols} * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
+                (self.tile_ptr_split(b.buf, "br", "bc", &k_at, "0"), "cleave::ldmatrix_x4_trans")
             };
             if nt % 2 == 1 {
                 let f2 = f.replace("x4", "x2");
@@ -1100,9 +1251,9 @@ impl Gen<'_> {
     }
 
     /// The ldmatrix of A's row tile `mi` at step `kk`, for a row `r` the caller declared.
-    fn a_rows_ldmatrix(&mut self, buf: BufId) {
+    fn a_rows_ldmatrix(&mut self, buf: BufId, k_at: &str) {
         // The lane's 8-column half is one 16-byte chunk; kk steps whole 32-byte pairs.
-        let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", "kk * 16");
+        let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", k_at);
         self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));
     }
 
@@ -1119,7 +1270,8 @@ impl Gen<'_> {
         // tiles (the 64 × 64 GEMM tiles) ptxas recomputes these offsets every iteration, and
         // tables save 8-10% of the loop; with one row tile (attention, decode) they save
         // nothing or cost, since ptxas then keeps its own addresses.
-        if self.k.warps.m_tiles < 2 {
+        // Warps that split the loop address their slices from their warp index instead.
+        if self.k.warps.m_tiles < 2 || self.k.warps.split {
             return 0;
         }
         let mut want: Vec<OffTable> = Vec::new();
@@ -1671,7 +1823,10 @@ impl Gen<'_> {
         // Sums the loop only accumulates: every thread keeps a partial of its own columns
         // (the first lane of the first column warp starts from the value so far, the others
         // from zero), added up across the quad and the column warps once, after the loop.
-        let deferred: Vec<BufId> = deferred_row_sums(body);
+        // Warps that split the loop keep every row value their own until the merge.
+        let deferred: Vec<BufId> = if self.k.warps.split { Vec::new() } else { deferred_row_sums(body) };
+        let saved_split = self.in_split;
+        self.in_split = self.k.warps.split;
         for &b in &deferred {
             let d = self.buf_name(b);
             self.line(&format!("// {}: per-thread partials until the loop ends", self.k.buf(b).name));
@@ -1791,6 +1946,7 @@ impl Gen<'_> {
         self.depth += 1;
         self.loop_iteration(iter, &loads, &rest, true);
         self.close();
+        self.in_split = saved_split;
         self.deferred.truncate(saved_deferred);
         self.tables.truncate(self.tables.len() - tables);
         for &b in &deferred {
@@ -1831,7 +1987,7 @@ impl Gen<'_> {
                 Stmt::Assign { expr, .. } | Stmt::RowReduce { expr, .. } | Stmt::Store { expr, .. } => {
                     walk(expr, &mut found)
                 }
-                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } => {}
+                Stmt::Load { .. } | Stmt::Mma { .. } | Stmt::Loop { .. } | Stmt::Stage { .. } | Stmt::Merge { .. } => {}
             }
         }
         found
@@ -1898,6 +2054,7 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         tile_value: None,
         col_ext: 1,
         full_masks: Vec::new(),
+        in_split: false,
     };
     let threads = k.warps.threads();
     let mut params: Vec<String> = k

@@ -235,7 +235,7 @@ impl Py<'_> {
 
     fn cols(&self, b: BufId) -> u64 {
         match self.k.buf(b).kind {
-            BufKind::Frag { cols } | BufKind::Smem { cols, .. } => cols,
+            BufKind::Frag { cols, .. } | BufKind::Smem { cols, .. } => cols,
             BufKind::Rows => 1,
         }
     }
@@ -306,6 +306,13 @@ impl Py<'_> {
             Stmt::Stage { src, dst } => {
                 self.line(&format!("T.copy({}, {})", self.name(*src), self.name(*dst)));
             }
+            // TileLang lays out fragments itself, so the warps' partials are the CUDA
+            // generator's business; here a merged value is its source.
+            Stmt::Merge { parts, .. } => {
+                for p in parts.iter().filter(|p| p.src != p.dst) {
+                    self.line(&format!("T.copy({}, {})", self.name(p.src), self.name(p.dst)));
+                }
+            }
             Stmt::Mma { acc, a, b, accumulate, .. } => {
                 let (a, ta) = match a {
                     MmaA::Smem { buf, trans } => (self.name(*buf), *trans),
@@ -373,7 +380,7 @@ fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
             BufKind::Smem { dtype, rows, cols } => {
                 py.line(&format!("{} = T.alloc_shared(({rows}, {cols}), \"{}\")", b.name, ty(dtype)))
             }
-            BufKind::Frag { cols } => {
+            BufKind::Frag { cols, .. } => {
                 py.line(&format!("{} = T.alloc_fragment(({}, {cols}), \"float32\")", b.name, k.rows))
             }
             BufKind::Rows => py.line(&format!("{} = T.alloc_fragment(({},), \"float32\")", b.name, k.rows)),

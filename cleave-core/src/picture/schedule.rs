@@ -183,7 +183,12 @@ fn buffers(t: &TileKernel) -> Vec<(Level, String, String)> {
                 let bytes = b.smem_stage_bytes() * u64::from(b.stages);
                 smem.push((Level::Smem, b.name.clone(), format!("{dtype}[{rows}, {cols}]{stages}, {bytes} B")));
             }
-            BufKind::Frag { cols } => regs.push((Level::Reg, b.name.clone(), format!("f32[{}, {cols}] tile", t.rows))),
+            BufKind::Frag { cols, whole: false } => {
+                regs.push((Level::Reg, b.name.clone(), format!("f32[{}, {cols}] tile", t.rows)))
+            }
+            BufKind::Frag { cols, whole: true } => {
+                regs.push((Level::Reg, b.name.clone(), format!("f32[{}, {cols}] per warp", t.rows)))
+            }
             BufKind::Rows => regs.push((Level::Reg, b.name.clone(), format!("f32[{}] per row", t.rows))),
         }
     }

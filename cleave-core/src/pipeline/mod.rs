@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
-use crate::arch::{common, Arch};
+use crate::arch::{Arch, Targets};
 use crate::graph::{DimVar, ValidGraph};
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
@@ -88,7 +88,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     // its declared graph is a candidate like any found one.
     let found = search(declared, &opts.search);
     let start = Instant::now();
-    let arch = common(&opts.archs);
+    let targets = Targets::new(&opts.archs);
     let prefix = symbol_prefix(&declared.name);
     // The declared graph is a candidate too: a graph the search never reached (or a plain
     // matmul that needs no rewriting) must still be schedulable.
@@ -121,7 +121,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     let results: Vec<Job> = jobs
         .into_par_iter()
         .map(|(gi, splits, g)| {
-            let r = candidates(&g, &arch, opts.top_k, &prefix);
+            let r = candidates(&g, &targets, opts.top_k, &prefix);
             (gi, splits, r)
         })
         .collect();
@@ -140,7 +140,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
         }
     }
     // The fallback, which every valid graph has, ranked like the rest.
-    match fallback_candidate(declared, &arch, &prefix) {
+    match fallback_candidate(declared, &targets, &prefix) {
         Ok(candidate) => ranked.push(Ranked { graph_index: None, splits: Vec::new(), candidate }),
         Err(e) => errors.push(format!("fallback: {e}")),
     }

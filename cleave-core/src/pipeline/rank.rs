@@ -7,10 +7,10 @@
 
 use rayon::prelude::*;
 
-use crate::arch::Arch;
+use crate::arch::Targets;
 use crate::graph::{DimKind, DimTable, DimVar, ValidGraph};
 use crate::plan::{
-    assemble, cost_of, fallback, kernel_cost, kernel_io, lower, partition, requests, Cost, KernelGraph, KernelIo,
+    assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, Cost, KernelGraph, KernelIo,
     Launch, PartitionError, PlanError, Planned, TileKernel,
 };
 use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
@@ -136,7 +136,13 @@ impl Best {
 }
 
 /// Schedules, plans and costs one kernel under every configuration; returns the best `keep`.
-fn plan_kernel(kg: &KernelGraph, io: &KernelIo, arch: &Arch, keep: usize, stats: &mut ScheduleStats) -> Vec<Scheduled> {
+fn plan_kernel(
+    kg: &KernelGraph,
+    io: &KernelIo,
+    targets: &Targets,
+    keep: usize,
+    stats: &mut ScheduleStats,
+) -> Vec<Scheduled> {
     let g = &kg.graph;
     let configs = configs(g);
     stats.tried += configs.len();
@@ -146,10 +152,11 @@ fn plan_kernel(kg: &KernelGraph, io: &KernelIo, arch: &Arch, keep: usize, stats:
             let itgraph = schedule(g, &config).map_err(Rejection::Schedule)?;
             let planned = lower(g, &itgraph, &config, io).map_err(Rejection::Plan)?;
             let bytes = planned.kernel.smem_bytes;
-            if bytes > arch.smem_per_block {
-                return Err(Rejection::Plan(PlanError::OverSharedMemory { bytes, limit: arch.smem_per_block }));
+            let limit = targets.fit.smem_per_block;
+            if bytes > limit {
+                return Err(Rejection::Plan(PlanError::OverSharedMemory { bytes, limit }));
             }
-            let cost = kernel_cost(&planned.kernel, &g.dims, planned.registers, arch);
+            let cost = kernel_cost_on(&planned.kernel, &g.dims, planned.registers, targets);
             Ok(Scheduled { config, itgraph, planned, cost })
         })
         .fold(|| Best::new(keep), Best::add)
@@ -162,13 +169,13 @@ fn plan_kernel(kg: &KernelGraph, io: &KernelIo, arch: &Arch, keep: usize, stats:
 /// `{symbol_prefix}_{k}`.
 pub fn candidates(
     graph: &ValidGraph,
-    arch: &Arch,
+    targets: &Targets,
     top_k: usize,
     symbol_prefix: &str,
 ) -> Result<(Vec<Candidate>, ScheduleStats), PartitionError> {
     let part = partition(graph)?;
     let mut stats = ScheduleStats::default();
-    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), arch, top_k, &mut stats);
+    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), targets, top_k, &mut stats);
     let mut out = Vec::new();
     'firsts: for first in firsts {
         let mut chosen = vec![first];
@@ -176,7 +183,7 @@ pub fn candidates(
         for k in 1..part.kernels.len() {
             let earlier: Vec<&Planned> = chosen.iter().map(|s| &s.planned).collect();
             let io = kernel_io(&part, k, &earlier);
-            match plan_kernel(&part.kernels[k], &io, arch, 1, &mut stats).into_iter().next() {
+            match plan_kernel(&part.kernels[k], &io, targets, 1, &mut stats).into_iter().next() {
                 Some(s) => chosen.push(s),
                 None => continue 'firsts,
             }
@@ -184,7 +191,7 @@ pub fn candidates(
         let seconds = if graph.dims.has_per_request() {
             let kernels: Vec<(&TileKernel, u64)> =
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
-            workload_seconds(&graph.dims, &kernels, arch)
+            workload_seconds(&graph.dims, &kernels, targets)
         } else {
             chosen.iter().map(|s| s.cost.seconds).sum()
         };
@@ -208,7 +215,7 @@ pub fn candidates(
 /// The estimated seconds of a launch of a graph with per-request dims, summed over the
 /// [`workloads`](crate::plan::requests::workloads) one compile serves, each with the split
 /// counts the launch would choose for it.
-fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], arch: &Arch) -> f64 {
+fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &Targets) -> f64 {
     let mut total = 0.0;
     for mut table in requests::workloads(dims) {
         let counts: Vec<DimVar> =
@@ -232,17 +239,17 @@ fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], arch: &Arch
         for (v, of, count) in chunks {
             table.get_mut(v).value = table.get(of).value.div_ceil(table.get(count).value.max(1));
         }
-        total += kernels.iter().map(|(k, regs)| kernel_cost(k, &table, *regs, arch).seconds).sum::<f64>();
+        total += kernels.iter().map(|(k, regs)| kernel_cost_on(k, &table, *regs, targets).seconds).sum::<f64>();
     }
     total
 }
 
 /// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph
 /// has, ranked against the fused ones.
-pub fn fallback_candidate(graph: &ValidGraph, arch: &Arch, symbol_prefix: &str) -> Result<Candidate, PlanError> {
+pub fn fallback_candidate(graph: &ValidGraph, targets: &Targets, symbol_prefix: &str) -> Result<Candidate, PlanError> {
     let launch = fallback(graph, symbol_prefix)?;
     let costs: Vec<Cost> =
-        launch.kernels.iter().zip(&launch.registers).map(|(k, r)| cost_of(k, &graph.dims, *r, arch)).collect();
+        launch.kernels.iter().zip(&launch.registers).map(|(k, r)| cost_on(k, &graph.dims, *r, targets)).collect();
     let seconds = costs.iter().map(|c| c.seconds).sum();
     let schedules = vec![KernelSchedule::Fallback; launch.kernels.len()];
     Ok(Candidate { launch, schedules, costs, seconds })

@@ -10,7 +10,7 @@
 use super::launch::Kernel;
 use super::program::{Binding, BufKind, MmaA, Stmt, TileKernel};
 use super::stage::{SExpr, StageKernel};
-use crate::arch::Arch;
+use crate::arch::{Arch, Targets};
 use crate::graph::{Dim, DimTable, DimVar};
 
 /// The model's view of one kernel.
@@ -127,26 +127,44 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                 }
             }
             Stmt::Mma { acc, a, k: kk, .. } => {
-                let cols = match k.buf(*acc).kind {
-                    BufKind::Frag { cols } => cols,
-                    _ => 1,
+                let (cols, whole) = match k.buf(*acc).kind {
+                    BufKind::Frag { cols, whole } => (cols, whole),
+                    _ => (1, false),
                 };
                 t.mma += times * 2 * rows * cols * kk;
-                // Every column of warps loads the A rows of its row of warps, and every row of
-                // warps the B columns of its column: 16-bit operands, `kk` deep.
-                let b_bytes = 2 * kk * frag_cols(cols) * u64::from(w.m);
-                let a_bytes = match a {
-                    MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows * u64::from(w.n),
-                    _ => 0,
+                let (a_bytes, b_bytes) = if whole {
+                    // Warps splitting the loop contract each their own slice of the depth,
+                    // over all columns: between them A and B are read once per row of warps.
+                    let a_bytes = match a {
+                        MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows,
+                        _ => 0,
+                    };
+                    (a_bytes, 2 * kk * cols.div_ceil(8) * 8 * u64::from(w.m))
+                } else {
+                    // Every column of warps loads the A rows of its row of warps, and every
+                    // row of warps the B columns of its column: 16-bit operands, `kk` deep.
+                    let a_bytes = match a {
+                        MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows * u64::from(w.n),
+                        _ => 0,
+                    };
+                    (a_bytes, 2 * kk * frag_cols(cols) * u64::from(w.m))
                 };
                 t.smem += times * (a_bytes + b_bytes);
             }
             Stmt::Assign { dst, .. } => {
                 let cols = match k.buf(*dst).kind {
-                    BufKind::Frag { cols } => cols,
+                    // Each warp computes all of a whole tile (its own partial).
+                    BufKind::Frag { cols, whole: true } => cols * u64::from(w.n),
+                    BufKind::Frag { cols, whole: false } => cols,
                     _ => 1,
                 };
                 t.simt += times * rows * cols * 4;
+            }
+            Stmt::Merge { scratch, .. } => {
+                // Each warp writes its partials and reads every warp's share of them back.
+                let bytes = k.buf(*scratch).smem_stage_bytes();
+                t.smem += times * 2 * bytes;
+                t.simt += times * 2 * bytes / 4;
             }
             Stmt::RowReduce { cols, .. } => t.simt += times * rows * cols * 2,
             Stmt::Stage { dst, .. } => t.smem += times * k.buf(*dst).smem_stage_bytes(),
@@ -157,6 +175,24 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
             }
         }
     }
+}
+
+/// A kernel's cost on a set of GPUs: the first GPU's figures, with the mean of the estimated
+/// seconds on each ([`Targets`]).
+pub fn kernel_cost_on(k: &TileKernel, dims: &DimTable, registers: u64, targets: &Targets) -> Cost {
+    mean_cost(targets, |a| kernel_cost(k, dims, registers, a))
+}
+
+fn mean_cost(targets: &Targets, cost: impl Fn(&Arch) -> Cost) -> Cost {
+    let costs: Vec<Cost> = targets.gpus.iter().map(cost).collect();
+    let mut c = costs[0];
+    c.seconds = costs.iter().map(|c| c.seconds).sum::<f64>() / costs.len() as f64;
+    c
+}
+
+/// [`cost_of`] on a set of GPUs, as [`kernel_cost_on`].
+pub fn cost_on(k: &Kernel, dims: &DimTable, registers: u64, targets: &Targets) -> Cost {
+    mean_cost(targets, |a| cost_of(k, dims, registers, a))
 }
 
 /// The cost of any kernel of a launch.

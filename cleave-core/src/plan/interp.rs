@@ -140,7 +140,7 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
         for (i, buf) in k.bufs.iter().enumerate() {
             b.regs[i] = match buf.kind {
                 BufKind::Smem { rows, cols, .. } => vec![f32::NAN; (rows * cols) as usize],
-                BufKind::Frag { cols } => vec![f32::NAN; (k.rows * cols) as usize],
+                BufKind::Frag { cols, .. } => vec![f32::NAN; (k.rows * cols) as usize],
                 BufKind::Rows => vec![f32::NAN; k.rows as usize],
             };
         }
@@ -230,7 +230,7 @@ impl Block<'_> {
 
     fn cols_of(&self, b: usize) -> u64 {
         match self.k.bufs[b].kind {
-            BufKind::Smem { cols, .. } | BufKind::Frag { cols } => cols,
+            BufKind::Smem { cols, .. } | BufKind::Frag { cols, .. } => cols,
             BufKind::Rows => 1,
         }
     }
@@ -436,6 +436,13 @@ impl Block<'_> {
                     let (_, data) = globals.get_mut(&p.binding).expect("bound");
                     for (i, v) in writes {
                         data[i] = v;
+                    }
+                }
+                // The interpreter runs the block as one thread: there are no warps' partials to
+                // merge, and each merged value is its source.
+                Stmt::Merge { parts, .. } => {
+                    for p in parts.iter().filter(|p| p.src != p.dst) {
+                        self.regs[p.dst.0 as usize] = self.regs[p.src.0 as usize].clone();
                     }
                 }
                 Stmt::Loop { iter, dim, tile, body } => {

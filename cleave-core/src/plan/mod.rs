@@ -21,13 +21,13 @@ pub mod program;
 pub mod requests;
 pub mod stage;
 
-pub use cost::{cost_of, kernel_cost, stage_cost, Cost};
+pub use cost::{cost_of, cost_on, kernel_cost, kernel_cost_on, stage_cost, Cost};
 pub use error::PlanError;
 pub use launch::{assemble, fallback, kernel_io, Kernel, Launch};
 pub use lower::{lower, KernelIo, Planned};
 pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace, WorkspaceType};
 pub use program::{
-    is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt,
-    StrideParam, TileKernel, Warps,
+    is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MergeOp, MergePart, MmaA, MmaB, Param, ParamId,
+    ShowKernel, Src, Stmt, StrideParam, TileKernel, Warps,
 };
 pub use stage::{Ix, SExpr, StageKernel};

@@ -38,6 +38,10 @@ pub enum BufKind {
     Frag {
         /// Columns.
         cols: u64,
+        /// Every column warp holds all the columns, each its own partial: the accumulator of
+        /// a loop whose tiles the column warps split ([`Warps::split`]), until a
+        /// [`Stmt::Merge`] sums the partials into a tile split across the warps as usual.
+        whole: bool,
     },
     /// One f32 register value per block row.
     Rows,
@@ -159,6 +163,21 @@ impl Expr {
     }
 
     /// Every buffer the expression reads.
+    /// Reads register buffer `to` wherever this reads register buffer `from`.
+    pub fn rename_reg(&mut self, from: BufId, to: BufId) {
+        match self {
+            Expr::Src(Src::Reg(b)) if *b == from => *b = to,
+            Expr::Src(_) => {}
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => {
+                a.rename_reg(from, to)
+            }
+            Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
+                a.rename_reg(from, to);
+                b.rename_reg(from, to);
+            }
+        }
+    }
+
     pub fn bufs(&self, out: &mut Vec<BufId>) {
         match self {
             Expr::Src(Src::Reg(b) | Src::Tile(b)) => out.push(*b),
@@ -222,6 +241,12 @@ pub fn deferred_row_sums(loop_body: &[Stmt]) -> Vec<BufId> {
                 Stmt::Stage { src, dst } => {
                     out.push(*src);
                     out.push(*dst);
+                }
+                Stmt::Merge { scratch, parts } => {
+                    out.push(*scratch);
+                    for p in parts {
+                        out.extend([p.src, p.dst]);
+                    }
                 }
                 Stmt::Loop { body, .. } => uses(body, out),
             }
@@ -319,6 +344,17 @@ pub enum Stmt {
         /// The Smem tile (the block's rows × the Frag's columns).
         dst: BufId,
     },
+    /// After a loop whose tiles the column warps split ([`Warps::split`]): merges each
+    /// warp's partial state into the block's. Every part is read as all warps left it before
+    /// any is written, so a part may merge in place (a Rows `src` that is its own `dst`).
+    /// Outside the warps' view (the interpreter's) every `dst` is simply `src`.
+    Merge {
+        /// An F32 Smem tile of `warps.n × rows` rows and the parts' columns side by side,
+        /// where each warp leaves its partials.
+        scratch: BufId,
+        /// The parts, in order.
+        parts: Vec<MergePart>,
+    },
     /// A sequential loop: `iter` runs over `ceil(extent(dim) / tile)` iterations.
     Loop {
         /// The iterator.
@@ -330,6 +366,29 @@ pub enum Stmt {
         /// Body.
         body: Vec<Stmt>,
     },
+}
+
+/// One value a [`Stmt::Merge`] combines across the warps.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MergePart {
+    /// The warp's partial: a Rows buffer or a whole Frag.
+    pub src: BufId,
+    /// The merged value: the same Rows buffer, or a Frag split across the warps.
+    pub dst: BufId,
+    /// How the partials combine.
+    pub op: MergeOp,
+}
+
+/// How a [`MergePart`]'s partials combine.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MergeOp {
+    /// Added up.
+    Sum,
+    /// The largest.
+    Max,
+    /// Added up after each is rescaled from its warp's running max (the `src` of the Max part
+    /// this names) to the merged one: `Σ_w x_w · exp(m_w - max_w m_w)`.
+    Scaled(BufId),
 }
 
 /// A global tensor a kernel reads or writes.
@@ -455,6 +514,12 @@ pub struct Warps {
     pub n: u32,
     /// 16-row MMA tiles per warp.
     pub m_tiles: u32,
+    /// The column warps split the tiles of the kernel's one loop between them instead: each
+    /// takes a slice of every tile that moves with the loop, keeps its own running state
+    /// (whole Frags, Rows) through the loop, and a [`Stmt::Merge`] after it combines the
+    /// warps' states. Before and after the loop the column warps own column slices as usual.
+    /// FlashDecoding's split of the keys, inside one block.
+    pub split: bool,
 }
 
 impl Warps {
@@ -525,11 +590,12 @@ impl ShowKernel<'_> {
             .map(|a| format!("{} < ceil({}/{})", self.kernel.names.name(a.iter), self.dims.get(a.dim).name, a.tile))
             .collect();
         format!(
-            "parfor {}:  # {} threads, {} rows, {} B smem",
+            "parfor {}:  # {} threads, {} rows, {} B smem{}",
             if grid.is_empty() { "_ < 1".to_string() } else { grid.join(", ") },
             k.warps.threads(),
             k.rows,
-            k.smem_bytes
+            k.smem_bytes,
+            if k.warps.split { format!(", {} warps split the loop", k.warps.n) } else { String::new() }
         )
     }
 
@@ -616,6 +682,24 @@ impl ShowKernel<'_> {
             }
             Stmt::Stage { src, dst } => {
                 out.push((depth, format!("{} = Stage({})", self.name(*dst), self.name(*src))));
+            }
+            Stmt::Merge { parts, .. } => {
+                let parts: Vec<String> = parts
+                    .iter()
+                    .map(|p| {
+                        let how = match p.op {
+                            MergeOp::Sum => "sum".to_string(),
+                            MergeOp::Max => "max".to_string(),
+                            MergeOp::Scaled(m) => format!("sum at {}", self.name(m)),
+                        };
+                        if p.src == p.dst {
+                            format!("{} ({how})", self.name(p.dst))
+                        } else {
+                            format!("{} <- {} ({how})", self.name(p.dst), self.name(p.src))
+                        }
+                    })
+                    .collect();
+                out.push((depth, format!("MergeWarps({})", parts.join(", "))));
             }
             Stmt::Loop { iter, dim, tile, body } => {
                 out.push((

@@ -156,7 +156,7 @@ fn collect_extents(body: &[Stmt], out: &mut BTreeSet<DimVar>) {
                     affine(&l.base, out);
                 }
             }
-            Stmt::Mma { .. } | Stmt::Stage { .. } => {}
+            Stmt::Mma { .. } | Stmt::Stage { .. } | Stmt::Merge { .. } => {}
             Stmt::Loop { dim, body, .. } => {
                 out.insert(*dim);
                 collect_extents(body, out);

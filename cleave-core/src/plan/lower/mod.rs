@@ -25,15 +25,16 @@ mod extents;
 mod ops;
 mod rescale;
 mod resources;
+mod split;
 pub mod stabilize;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use self::stabilize::Stabilized;
 use super::error::PlanError;
-use super::program::{Binding, Buf, BufId, BufKind, Expr, GridAxis, Param, ParamId, Src, Stmt, TileKernel};
+use super::program::{Binding, Buf, BufId, BufKind, Expr, GridAxis, MergeOp, Param, ParamId, Src, Stmt, TileKernel};
 use crate::graph::{BinaryOp, DType, Dim, DimVar, Graph, Layout, NodeId, Op, ReduceOp, StoreAxis};
-use crate::index::{AxisRange, TMap};
+use crate::index::{AxisRange, IterId, TMap};
 use crate::schedule::config::{primary_output, TileConfig};
 use crate::schedule::itgraph::{ItGraph, ItNode, LoopKind};
 
@@ -112,6 +113,9 @@ struct Lowerer<'a> {
     running_max: BTreeMap<NodeId, BufId>,
     /// The staged max tile of each scaled partial input, for the partials sharing it.
     partial_max_tile: BTreeMap<NodeId, BufId>,
+    /// For each lowered loop, how the state it carries would merge across warps that split
+    /// it: its running maxima and accumulators (`None`: some of it cannot be merged).
+    loop_state: BTreeMap<IterId, Option<Vec<(BufId, MergeOp)>>>,
 }
 
 /// Plans one kernel of a launch under its schedule.
@@ -139,6 +143,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         mma_a_frags: BTreeSet::new(),
         running_max: BTreeMap::new(),
         partial_max_tile: BTreeMap::new(),
+        loop_state: BTreeMap::new(),
     };
     lowerer.declare_params();
     lowerer.check_requests(it)?;
@@ -157,6 +162,18 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         lowerer.stage_left_operands(&mut body);
         warps = lowerer.warps(cfg, &body);
         registers = lowerer.register_estimate(warps, &body);
+    }
+    // Warps the rows leave idle split the loop instead, when it can be split.
+    if warps.threads() < 32 * cfg.warps.max(1) {
+        let saved = (body.clone(), lowerer.bufs.clone());
+        if let Some(w) = lowerer.split_loop(cfg, &mut body) {
+            let r = lowerer.register_estimate(w, &body);
+            if r <= REGISTER_BUDGET {
+                (warps, registers) = (w, r);
+            } else {
+                (body, lowerer.bufs) = saved;
+            }
+        }
     }
     if registers > REGISTER_BUDGET {
         return Err(PlanError::OverRegisterBudget { registers, budget: REGISTER_BUDGET });
@@ -388,7 +405,7 @@ impl Lowerer<'_> {
         for &r in &inner.accumulates {
             let tm = inner.tmaps.get(&r).ok_or(PlanError::MissingAccumulator(r))?;
             let cols = tm.axes.last().map_or(1, |a| a.extent);
-            let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols } };
+            let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols, whole: false } };
             let b = self.buf(format!("t{}", r.0), kind);
             let init = match self.g.node(r).op {
                 Op::Reduce(ReduceOp::Max, _) => f64::NEG_INFINITY,
@@ -398,7 +415,10 @@ impl Lowerer<'_> {
             self.values.insert(r, Value::Reg { expr: Expr::reg(b), cols, scale: None });
         }
         let stab = stabilize::analyze(self.g, inner, &self.io.scaled_inputs)?;
+        let maxima_before = self.running_max.clone();
         self.start_running_maxima(&stab, body);
+        let started: Vec<BufId> =
+            self.running_max.iter().filter(|(k, _)| !maxima_before.contains_key(k)).map(|(_, m)| *m).collect();
         let mut loop_body = Vec::new();
         let mut hoisted = Vec::new();
         // A node the enclosing level already has (an input both a reduction inside and an
@@ -411,6 +431,8 @@ impl Lowerer<'_> {
                 self.values.insert(id, v);
             }
         }
+        let state = self.carried_state(inner, &started);
+        self.loop_state.insert(axis.iter, state);
         // Hoist loads whose tile does not move with this loop.
         loop_body.retain(|s| match s {
             Stmt::Load { tmap, .. } if !tmap.uses(axis.iter) => {

@@ -99,7 +99,7 @@ impl Lowerer<'_> {
         if let Expr::Src(Src::Reg(b)) = expr {
             return b;
         }
-        let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols } };
+        let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols, whole: false } };
         let b = self.buf(name, kind);
         body.push(Stmt::Assign { dst: b, expr });
         b
@@ -346,7 +346,7 @@ impl Lowerer<'_> {
             let scale = self.acc_scale(id).or(scale);
             Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
         } else {
-            let acc = self.buf(self.name_of(id), BufKind::Frag { cols });
+            let acc = self.buf(self.name_of(id), BufKind::Frag { cols, whole: false });
             body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false });
             Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
         }

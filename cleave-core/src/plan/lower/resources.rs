@@ -26,7 +26,7 @@ impl Lowerer<'_> {
             n == 1
                 || (self.mma_a_frags.is_empty()
                     && self.bufs.iter().all(|b| match b.kind {
-                        BufKind::Frag { cols } => split(cols),
+                        BufKind::Frag { cols, .. } => split(cols),
                         _ => true,
                     })
                     && stored.iter().all(|&c| c == 1 || split(c)))
@@ -64,7 +64,7 @@ impl Lowerer<'_> {
             }
         }
         let (m, n) = best;
-        Warps { m, n, m_tiles: tiles16 / m }
+        Warps { m, n, m_tiles: tiles16 / m, split: false }
     }
 
     /// Registers per thread at the busiest point of the program: register buffers are live
@@ -82,9 +82,12 @@ impl Lowerer<'_> {
             .iter()
             .enumerate()
             .map(|(i, b)| match b.kind {
-                BufKind::Frag { cols } => {
-                    let f32s = rows * cols.div_ceil(u64::from(w.n)) / 32;
-                    let halves = if self.mma_a_frags.contains(&BufId(i as u32)) { rows * cols / 64 } else { 0 };
+                BufKind::Frag { cols, whole } => {
+                    // A whole tile is all of it in every warp; the others are sliced across
+                    // the column warps (a left operand only when they split the loop).
+                    let share = if whole { cols } else { cols.div_ceil(u64::from(w.n)) };
+                    let f32s = rows * share / 32;
+                    let halves = if self.mma_a_frags.contains(&BufId(i as u32)) { rows * share / 64 } else { 0 };
                     f32s + halves
                 }
                 BufKind::Rows => 2 * u64::from(w.m_tiles),
@@ -174,7 +177,7 @@ impl Lowerer<'_> {
                             Some((_, d)) => *d,
                             None => {
                                 let cols = match self.bufs[src.0 as usize].kind {
-                                    BufKind::Frag { cols } => cols,
+                                    BufKind::Frag { cols, .. } => cols,
                                     _ => 1,
                                 };
                                 let rows = self.rows.div_ceil(16) * 16;
@@ -210,13 +213,13 @@ fn in_place(body: &[Stmt], bufs: &[Buf], last: &[usize], cost: &[u64], clock: &m
         let t = *clock;
         match s {
             Stmt::Assign { dst, expr } => {
-                let BufKind::Frag { cols } = bufs[dst.0 as usize].kind else { continue };
+                let BufKind::Frag { cols, whole } = bufs[dst.0 as usize].kind else { continue };
                 let mut srcs = Vec::new();
                 expr.bufs(&mut srcs);
                 srcs.sort_unstable();
                 srcs.dedup();
                 let f32s = |b: BufId| match bufs[b.0 as usize].kind {
-                    BufKind::Frag { cols: c } if c == cols => Some(cost[b.0 as usize]),
+                    BufKind::Frag { cols: c, whole: w } if c == cols && w == whole => Some(cost[b.0 as usize]),
                     _ => None,
                 };
                 let own = f32s(*dst).unwrap_or(0);
@@ -261,7 +264,7 @@ fn mma_shapes(body: &[Stmt], bufs: &[Buf], out: &mut Vec<(u64, bool)>) {
         prev = this;
         match s {
             Stmt::Mma { acc, a, .. } => {
-                if let BufKind::Frag { cols } = bufs[acc.0 as usize].kind {
+                if let BufKind::Frag { cols, .. } = bufs[acc.0 as usize].kind {
                     out.push((cols, matches!(a, MmaA::Smem { .. }) && !shared));
                 }
             }
@@ -369,6 +372,13 @@ fn lifetimes(
             Stmt::Stage { src, dst } => {
                 touch(*src, t, first, last);
                 touch(*dst, t, first, last);
+            }
+            Stmt::Merge { scratch, parts } => {
+                touch(*scratch, t, first, last);
+                for p in parts {
+                    touch(p.src, t, first, last);
+                    touch(p.dst, t, first, last);
+                }
             }
             Stmt::Loop { body, .. } => {
                 let start = t;
