@@ -219,39 +219,6 @@ pub struct MmaB {
 /// warps may keep its own partial of such a sum for the whole loop and combine once after it,
 /// instead of exchanging partials through shared memory, with a barrier, every iteration.
 pub fn deferred_row_sums(loop_body: &[Stmt]) -> Vec<BufId> {
-    fn uses(body: &[Stmt], out: &mut Vec<BufId>) {
-        for s in body {
-            match s {
-                Stmt::Load { dst, .. } => out.push(*dst),
-                Stmt::Assign { dst, expr } | Stmt::RowReduce { dst, expr, .. } => {
-                    out.push(*dst);
-                    expr.bufs(out);
-                }
-                Stmt::Mma { acc, a, b, .. } => {
-                    out.push(*acc);
-                    out.push(match a {
-                        MmaA::Smem { buf, .. } | MmaA::Frag(buf) => *buf,
-                    });
-                    out.push(b.buf);
-                }
-                Stmt::Store { expr, staging, .. } => {
-                    expr.bufs(out);
-                    out.extend(*staging);
-                }
-                Stmt::Stage { src, dst } => {
-                    out.push(*src);
-                    out.push(*dst);
-                }
-                Stmt::Merge { scratch, parts } => {
-                    out.push(*scratch);
-                    for p in parts {
-                        out.extend([p.src, p.dst]);
-                    }
-                }
-                Stmt::Loop { body, .. } => uses(body, out),
-            }
-        }
-    }
     let mut found = Vec::new();
     for (i, s) in loop_body.iter().enumerate() {
         let Stmt::RowReduce { dst, op: ReduceOp::Sum, expr, acc: true, .. } = s else { continue };
@@ -261,8 +228,8 @@ pub fn deferred_row_sums(loop_body: &[Stmt]) -> Vec<BufId> {
             continue;
         }
         let mut others = Vec::new();
-        uses(&loop_body[..i], &mut others);
-        uses(&loop_body[i + 1..], &mut others);
+        loop_body[..i].iter().for_each(|s| s.bufs(&mut others));
+        loop_body[i + 1..].iter().for_each(|s| s.bufs(&mut others));
         if !others.contains(dst) {
             found.push(*dst);
         }
@@ -389,6 +356,38 @@ pub enum MergeOp {
     /// Added up after each is rescaled from its warp's running max (the `src` of the Max part
     /// this names) to the merged one: `Σ_w x_w · exp(m_w - max_w m_w)`.
     Scaled(BufId),
+}
+
+impl Stmt {
+    /// Every buffer the statement (and, for a loop, its body) reads or writes.
+    pub fn bufs(&self, out: &mut Vec<BufId>) {
+        match self {
+            Stmt::Load { dst, .. } => out.push(*dst),
+            Stmt::Assign { dst, expr } | Stmt::RowReduce { dst, expr, .. } => {
+                out.push(*dst);
+                expr.bufs(out);
+            }
+            Stmt::Mma { acc, a, b, .. } => {
+                out.push(*acc);
+                out.push(match a {
+                    MmaA::Smem { buf, .. } | MmaA::Frag(buf) => *buf,
+                });
+                out.push(b.buf);
+            }
+            Stmt::Store { expr, staging, .. } => {
+                expr.bufs(out);
+                out.extend(*staging);
+            }
+            Stmt::Stage { src, dst } => out.extend([*src, *dst]),
+            Stmt::Merge { scratch, parts } => {
+                out.push(*scratch);
+                for p in parts {
+                    out.extend([p.src, p.dst]);
+                }
+            }
+            Stmt::Loop { body, .. } => body.iter().for_each(|s| s.bufs(out)),
+        }
+    }
 }
 
 /// A global tensor a kernel reads or writes.

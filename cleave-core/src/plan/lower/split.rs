@@ -195,7 +195,7 @@ impl Lowerer<'_> {
         let mut before = Vec::new();
         let mut after = Vec::new();
         for s in &body[..at] {
-            stmt_bufs(s, &mut before);
+            s.bufs(&mut before);
             match s {
                 Stmt::Load { .. } => {}
                 Stmt::Assign { dst, .. } if carried.contains(dst) || !is_frag(dst) => {}
@@ -203,7 +203,7 @@ impl Lowerer<'_> {
             }
         }
         for s in &body[at + 1..] {
-            stmt_bufs(s, &mut after);
+            s.bufs(&mut after);
             if matches!(s, Stmt::Mma { .. } | Stmt::Stage { .. } | Stmt::Loop { .. } | Stmt::Merge { .. }) {
                 return None;
             }
@@ -256,35 +256,6 @@ impl Lowerer<'_> {
             self.buf("t_merge".to_string(), BufKind::Smem { dtype: DType::F32, rows: n64 * rows, cols: width });
         body.insert(at + 1, Stmt::Merge { scratch, parts: merge });
         Some(Warps { m, n, m_tiles: tiles16 / m, split: true })
-    }
-}
-
-fn stmt_bufs(s: &Stmt, out: &mut Vec<BufId>) {
-    match s {
-        Stmt::Load { dst, .. } => out.push(*dst),
-        Stmt::Assign { dst, expr } | Stmt::RowReduce { dst, expr, .. } => {
-            out.push(*dst);
-            expr.bufs(out);
-        }
-        Stmt::Mma { acc, a, b, .. } => {
-            out.push(*acc);
-            out.push(match a {
-                MmaA::Smem { buf, .. } | MmaA::Frag(buf) => *buf,
-            });
-            out.push(b.buf);
-        }
-        Stmt::Store { expr, staging, .. } => {
-            expr.bufs(out);
-            out.extend(*staging);
-        }
-        Stmt::Stage { src, dst } => out.extend([*src, *dst]),
-        Stmt::Merge { scratch, parts } => {
-            out.push(*scratch);
-            for p in parts {
-                out.extend([p.src, p.dst]);
-            }
-        }
-        Stmt::Loop { body, .. } => body.iter().for_each(|s| stmt_bufs(s, out)),
     }
 }
 
