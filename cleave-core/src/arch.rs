@@ -24,6 +24,17 @@ pub struct Arch {
     /// Shared-memory bandwidth of all SMs together, bytes/s: 128 bytes per cycle per SM at the
     /// boost clock. ldmatrix, cp.async writes and staging stores all draw on it.
     pub smem_bandwidth: f64,
+    /// The SM clock, Hz: what instruction issue counts in (four schedulers per SM, each
+    /// issuing one warp instruction per cycle).
+    pub clock_hz: f64,
+    /// The latency of a DRAM read under load, seconds: with two tiles in flight a block's
+    /// loop cannot turn faster than one iteration per half of it (Little's law).
+    pub dram_latency: f64,
+    /// The most DRAM bandwidth one SM streams on its own, bytes/s. A model constant, not a
+    /// measurement: about 1.3 times its even share, so a grid that leaves SMs idle leaves
+    /// bandwidth unused, as it does on the hardware (a few SMs cannot keep enough requests in
+    /// flight to saturate the memory system).
+    pub sm_dram_bandwidth: f64,
 }
 
 /// A100-SXM4 (sm_80): 164 KiB of opt-in shared memory per SM, 163 KiB per block.
@@ -39,6 +50,10 @@ pub const SM80: Arch = Arch {
     dram_bandwidth: 2.0e12,
     // 108 SMs × 128 B × 1.41 GHz.
     smem_bandwidth: 19.5e12,
+    clock_hz: 1.41e9,
+    dram_latency: 6e-7,
+    // 1.3 × 2.0 TB/s ÷ 108.
+    sm_dram_bandwidth: 24e9,
 };
 
 /// H200 (sm_90) running the sm_80 instruction set (mma.sync, cp.async): 227 KiB per block.
@@ -55,6 +70,10 @@ pub const SM90: Arch = Arch {
     dram_bandwidth: 4.8e12,
     // 132 SMs × 128 B × 1.98 GHz.
     smem_bandwidth: 33.4e12,
+    clock_hz: 1.98e9,
+    dram_latency: 6e-7,
+    // 1.3 × 4.8 TB/s ÷ 132.
+    sm_dram_bandwidth: 47e9,
 };
 
 /// What one plan is made for: the limits its kernels must fit on every GPU of the set, and
@@ -89,6 +108,9 @@ pub fn common(archs: &[Arch]) -> Arch {
         a.simt_flops = a.simt_flops.min(b.simt_flops);
         a.dram_bandwidth = a.dram_bandwidth.min(b.dram_bandwidth);
         a.smem_bandwidth = a.smem_bandwidth.min(b.smem_bandwidth);
+        a.clock_hz = a.clock_hz.min(b.clock_hz);
+        a.dram_latency = a.dram_latency.max(b.dram_latency);
+        a.sm_dram_bandwidth = a.sm_dram_bandwidth.min(b.sm_dram_bandwidth);
     }
     a
 }

@@ -4,10 +4,10 @@
 
 mod common;
 
-use cleave_core::arch::SM80;
+use cleave_core::arch::{SM80, SM90};
 use cleave_core::graph::{Bindings, ReduceOp};
 use cleave_core::pipeline::{compile, Compiled, Options};
-use cleave_core::plan::{interp, BufKind, Expr, MergeOp, Stmt, TileKernel};
+use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 
 fn compiled(name: &str) -> Compiled {
@@ -125,6 +125,62 @@ fn decode_blocks_keep_four_warps_busy() {
             assert!(parts.iter().filter(|p| matches!(p.op, MergeOp::Scaled(_))).count() >= 2, "{name}");
         }
     }
+}
+
+#[test]
+fn configurations_that_would_idle_their_warps_are_refused() {
+    // MHA decode at head dim 128: 32-key tiles cannot give each of 4 column warps 16 keys, so
+    // those configurations are refused rather than run on one warp; 64- and 128-key tiles of
+    // the same loop keep all four busy.
+    let c = compiled("mha_d128_decode");
+    let idle = c.stats.rejected.iter().find(|(k, _)| k.contains("warps left idle")).map_or(0, |(_, n)| *n);
+    assert!(idle > 0, "{:?}", c.stats.rejected);
+    // No kept split kernel runs 16 rows on one warp over a loop of narrow tiles.
+    for r in c.ranked.iter().filter(|r| !r.splits.is_empty()) {
+        let k = r.candidate.launch.kernels[0].tile().expect("a tile kernel");
+        for s in &k.body {
+            if let Stmt::Loop { tile, .. } = s {
+                assert!(k.warps.threads() >= 128 || *tile >= 64, "{:?} over {tile}-wide tiles", k.warps);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cost_model_counts_waves_on_the_sms_a_grid_uses() {
+    // The split kernel of MHA decode streams K/V: DRAM-bound on an H200.
+    let c = compiled("mha_d64_decode");
+    let l = c.best();
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    let regs = l.registers[0];
+    let full = kernel_cost(k, l.dims(), regs, &SM90);
+    assert_eq!(full.bound, Bound::Dram, "{full:?}");
+    let blocks = full.blocks;
+    // Exactly one wave, then one block more: the second wave holds a single block, which
+    // costs far less than a full wave (the old model charged every wave as full).
+    let resident = full.blocks_per_sm;
+    let sms = blocks.div_ceil(resident) as u32;
+    let one_wave = cleave_core::arch::Arch { sms, ..SM90 };
+    let over = cleave_core::arch::Arch { sms: sms - 1, ..SM90 };
+    let a = kernel_cost(k, l.dims(), regs, &one_wave);
+    let b = kernel_cost(k, l.dims(), regs, &over);
+    assert_eq!((a.waves, b.waves), (1, 2));
+    assert!(b.seconds > a.seconds && b.seconds < 1.5 * a.seconds, "{a:?} {b:?}");
+    // A GPU four times as wide, with the bandwidth to match, leaves three quarters of its SMs
+    // idle on this grid, and their bandwidth with them.
+    let scale = 4.0 * blocks as f64 / f64::from(SM90.sms);
+    let wide = cleave_core::arch::Arch {
+        sms: 4 * blocks as u32,
+        dram_bandwidth: 4.0 * blocks as f64 * SM90.sm_dram_bandwidth / 1.3,
+        mma_flops: SM90.mma_flops * scale,
+        simt_flops: SM90.simt_flops * scale,
+        smem_bandwidth: SM90.smem_bandwidth * scale,
+        ..SM90
+    };
+    let w = kernel_cost(k, l.dims(), regs, &wide);
+    let fraction = w.gmem_bytes as f64 / (w.seconds - cleave_core::plan::LAUNCH_SECONDS) / wide.dram_bandwidth;
+    assert!(fraction < 0.4, "{fraction} of the bandwidth with a quarter of the SMs busy");
+    assert_eq!(w.bound, Bound::Dram);
 }
 
 #[test]

@@ -382,12 +382,12 @@ fn the_gemm_main_loop_is_unmasked_with_tabulated_offsets() {
         (src[start..tail].to_string(), src[tail..].to_string())
     };
     // Per kernel: B's row bytes (256 columns of f16, or SwiGLU's 128 for each of its two
-    // products) and the tables (A's four steps, then a table per B of one entry per pair of
-    // column tiles), eight entries in all, the budget.
+    // products) and the tables (A's steps through its 64-deep tile, two of 32, then a table
+    // per B of one entry per pair of column tiles), within the budget of eight entries.
     let cases = [
-        ("matmul_prefill", 512, vec!["int ot0_[4];", "int ot1_[4];"]),
-        ("rmsnorm_matmul_prefill", 512, vec!["int ot0_[4];", "int ot1_[4];"]),
-        ("swiglu_prefill", 256, vec!["int ot0_[4];", "int ot1_[2];", "int ot2_[2];"]),
+        ("matmul_prefill", 512, vec!["int ot0_[2];", "int ot1_[4];"]),
+        ("rmsnorm_matmul_prefill", 512, vec!["int ot0_[2];", "int ot1_[4];"]),
+        ("swiglu_prefill", 256, vec!["int ot0_[2];", "int ot1_[2];", "int ot2_[2];"]),
     ];
     for (name, b_row, tables) in cases {
         let src = source(name);
@@ -401,7 +401,8 @@ fn the_gemm_main_loop_is_unmasked_with_tabulated_offsets() {
         assert!(tail.contains("nv > 0"), "{name}: the masked loop lost its row masks");
         let moved = format!("cleave_off_moved<{b_row}, 2, 1>(r0, c0, it_ * 32, gi * 64)");
         assert!(steady.contains(&moved), "{name}: grouped copies");
-        assert!(steady.contains("ot0_[kk] + mi * 2048"), "{name}: A's offsets from a table");
+        // A's 16-row fragments are 16 rows of 64 f16 apart.
+        assert!(steady.contains("ot0_[kk] + mi * 1024"), "{name}: A's offsets from a table");
         let b_use = format!("ot1_[nj / 2] + kk * {}", 16 * b_row);
         assert!(steady.contains(&b_use), "{name}: B's offsets from a table");
         for t in &tables {

@@ -141,6 +141,8 @@ pub(crate) fn to_json(c: &Compiled) -> Value {
                         "registers": l.registers[i],
                         "loops": loops,
                         "estimated_seconds": r.candidate.costs[i].seconds,
+                        "bound": r.candidate.costs[i].bound.name(),
+                        "blocks": r.candidate.costs[i].blocks,
                         "program": k.show(l.dims()),
                     })
                 })

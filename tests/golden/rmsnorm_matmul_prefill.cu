@@ -163,12 +163,12 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s/128), i1 < ceil(n/256):  # 256 threads, 128 rows, 100352 B smem
+//   parfor i0 < ceil(s/128), i1 < ceil(n/256):  # 256 threads, 128 rows, 67584 B smem
 //     t4 = 0.0
 //     t5 = 0.0
-//     for j0 in range(0, k, 64):
-//       t_x = Load(x[i0*128:+128, j0*64:+64])
-//       t_w = Load(w[j0*64:+64, i1*256:+256])
+//     for j0 in range(0, k, 32):
+//       t_x = Load(x[i0*128:+128, j0*32:+32])
+//       t_w = Load(w[j0*32:+32, i1*256:+256])
 //       t4 += MMA(t_x, t_w)
 //       t5 += Rowsum(square(t_x))
 //     t5 = t5 / 4096.0
@@ -202,8 +202,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   float cross[4][2];
   float b0[4][8][4];  // t4: 128 x 256
   float b1[4][2];  // t5: one per row
-  // t_x: smem 128 x 64 f16 at byte 0 (double-buffered)
-  // t_w: smem 64 x 256 f16 at byte 32768 (double-buffered)
+  // t_x: smem 128 x 32 f16 at byte 0 (double-buffered)
+  // t_w: smem 32 x 256 f16 at byte 16384 (double-buffered)
   // t_y_stage: smem 128 x 256 f16 at byte 0
   // t4 = ...
   #pragma unroll
@@ -232,9 +232,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
     (void)ni; (void)e; (void)col;
     b1[mi][h] = 0.0f;
   }
-  // for j0 in range(0, k, 64)
+  // for j0 in range(0, k, 32)
   {
-    const int n_j0 = (int)cleave_ceil_div(4096LL, 64LL);
+    const int n_j0 = (int)cleave_ceil_div(4096LL, 32LL);
     // t5: per-thread partials until the loop ends
     if (wn != 0 || t != 0) {
       #pragma unroll
@@ -251,41 +251,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       const int j0 = 0;
       // t_x = Load(x)
       {
-        const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
-        const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+        const long long tb = ((128LL * i0) * si0_0 + (32LL * j0));
+        const int r0 = threadIdx.x / 4, c = (threadIdx.x % 4) * 8;
         const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
-        const long long step_ = 32LL * (si0_0);
+        const long long step_ = 64LL * (si0_0);
         #pragma unroll
-        for (int it_ = 0; it_ < 4; ++it_) {
-          const int r = r0 + it_ * 32;
+        for (int it_ = 0; it_ < 2; ++it_) {
+          const int r = r0 + it_ * 64;
           const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 0 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
+          cleave::cp_async_16((smem + 0 + (0) * 8192) + cleave_off<64, 2, 2>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
           src_w += step_;
         }
       }
       // t_w = Load(w)
       {
-        const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
+        const long long tb = ((32LL * j0) * si1_0 + (256LL * i1));
         const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
         const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
         const long long step_ = 32LL * (si1_0);
         #pragma unroll
-        for (int it_ = 0; it_ < 2; ++it_) {
+        for (int it_ = 0; it_ < 1; ++it_) {
           const int r = r0 + it_ * 32;
           const auto* src_r = src_t + (long long)it_ * step_;
           #pragma unroll
           for (int gi = 0; gi < 4; ++gi) {
             const int c = c0 + gi * 64;
-            cleave::cp_async_16((smem + 32768 + (0) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
+            cleave::cp_async_16((smem + 16384 + (0) * 16384) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
           }
         }
       }
     }
     cleave::cp_async_commit();
     // per-thread ldmatrix offsets into t_x
-    int ot0_[4];
+    int ot0_[2];
     #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) ot0_[kk] = cleave::opaque(cleave_off_split<128, 2, 1>(wm * 4 * 16 + (lane & 15), (lane >> 4) * 8, 0, kk * 16));
+    for (int kk = 0; kk < 2; ++kk) ot0_[kk] = cleave::opaque(cleave_off_split<64, 2, 2>(wm * 4 * 16 + (lane & 15), (lane >> 4) * 8, 0, kk * 16));
     // per-thread ldmatrix offsets into t_w
     int ot1_[4];
     #pragma unroll
@@ -303,31 +303,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         const int j0 = next;
         // t_x = Load(x)
         {
-          const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
-          const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+          const long long tb = ((128LL * i0) * si0_0 + (32LL * j0));
+          const int r0 = threadIdx.x / 4, c = (threadIdx.x % 4) * 8;
           const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
-          const long long step_ = 32LL * (si0_0);
+          const long long step_ = 64LL * (si0_0);
           #pragma unroll
-          for (int it_ = 0; it_ < 4; ++it_) {
-            const int r = r0 + it_ * 32;
-            cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+          for (int it_ = 0; it_ < 2; ++it_) {
+            const int r = r0 + it_ * 64;
+            cleave::cp_async_16((smem + 0 + (j0 & 1) * 8192) + cleave_off<64, 2, 2>(r, c), src_w, (int)(8 * 2));
             src_w += step_;
           }
         }
         // t_w = Load(w)
         {
-          const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
+          const long long tb = ((32LL * j0) * si1_0 + (256LL * i1));
           const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
           const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
           const long long step_ = 32LL * (si1_0);
           #pragma unroll
-          for (int it_ = 0; it_ < 2; ++it_) {
+          for (int it_ = 0; it_ < 1; ++it_) {
             const int r = r0 + it_ * 32;
             const auto* src_r = src_t + (long long)it_ * step_;
             #pragma unroll
             for (int gi = 0; gi < 4; ++gi) {
               const int c = c0 + gi * 64;
-              cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
+              cleave::cp_async_16((smem + 16384 + (j0 & 1) * 16384) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
             }
           }
         }
@@ -335,20 +335,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       cleave::cp_async_commit();
       cleave::cp_async_wait<1>();
       __syncthreads();
-      // t4 += MMA, k = 64
+      // t4 += MMA, k = 32
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[4][4];
           #pragma unroll
           for (int mi = 0; mi < 4; ++mi) {
-            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 16384) + ot0_[kk] + mi * 2048);
+            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 8192) + ot0_[kk] + mi * 1024);
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            cleave::ldmatrix_x4_trans(bq, (smem + 32768 + (j0 & 1) * 32768) + ot1_[nj / 2] + kk * 8192);
+            cleave::ldmatrix_x4_trans(bq, (smem + 16384 + (j0 & 1) * 16384) + ot1_[nj / 2] + kk * 8192);
             #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -371,14 +371,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         float part = b1[mi][h];
         #pragma unroll
         for (int q = 0; q < 1; ++q) {
-          const int c0 = wn * 16 + (q * 4 + t) * 4;
-          const cleave::words2 raw = cleave::ld_shared<cleave::words2>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, c0)));
+          const int c0 = wn * 8 + (q * 4 + t) * 2;
+          const uint32_t raw = cleave::ld_shared<uint32_t>(((smem + 0 + (j0 & 1) * 8192) + cleave_off<64, 2, 2>(row, c0)));
           const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
-          float x_[4];
+          float x_[2];
           #pragma unroll
-          for (int i = 0; i < 2; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
+          for (int i = 0; i < 1; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
           #pragma unroll
-          for (int e = 0; e < 4; ++e) {
+          for (int e = 0; e < 2; ++e) {
             const int col = c0 + e;
             (void)col;
             if (true) part = cleave_add(part, cleave_sq(x_[e]));
@@ -395,32 +395,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
           const int j0 = next;
           // t_x = Load(x)
           {
-            const long long tb = ((128LL * i0) * si0_0 + (64LL * j0));
-            const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
+            const long long tb = ((128LL * i0) * si0_0 + (32LL * j0));
+            const int r0 = threadIdx.x / 4, c = (threadIdx.x % 4) * 8;
             const auto* src_w = p0 + (tb + (long long)r0 * (si0_0) + (long long)c);
-            const long long step_ = 32LL * (si0_0);
+            const long long step_ = 64LL * (si0_0);
             #pragma unroll
-            for (int it_ = 0; it_ < 4; ++it_) {
-              const int r = r0 + it_ * 32;
+            for (int it_ = 0; it_ < 2; ++it_) {
+              const int r = r0 + it_ * 64;
               const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(e_s - (128LL * i0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
+              cleave::cp_async_16((smem + 0 + (j0 & 1) * 8192) + cleave_off<64, 2, 2>(r, c), nv > 0 ? src_w : p0, (int)(nv * 2));
               src_w += step_;
             }
           }
           // t_w = Load(w)
           {
-            const long long tb = ((64LL * j0) * si1_0 + (256LL * i1));
+            const long long tb = ((32LL * j0) * si1_0 + (256LL * i1));
             const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 8;
             const auto* src_t = p1 + (tb + (long long)r0 * (si1_0) + (long long)c0);
             const long long step_ = 32LL * (si1_0);
             #pragma unroll
-            for (int it_ = 0; it_ < 2; ++it_) {
+            for (int it_ = 0; it_ < 1; ++it_) {
               const int r = r0 + it_ * 32;
               const auto* src_r = src_t + (long long)it_ * step_;
               #pragma unroll
               for (int gi = 0; gi < 4; ++gi) {
                 const int c = c0 + gi * 64;
-                cleave::cp_async_16((smem + 32768 + (j0 & 1) * 32768) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
+                cleave::cp_async_16((smem + 16384 + (j0 & 1) * 16384) + cleave_off_moved<512, 2, 1>(r0, c0, it_ * 32, gi * 64), src_r + gi * 64, (int)(8 * 2));
               }
             }
           }
@@ -429,20 +429,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       cleave::cp_async_commit();
       cleave::cp_async_wait<1>();
       __syncthreads();
-      // t4 += MMA, k = 64
+      // t4 += MMA, k = 32
       {
         #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[4][4];
           #pragma unroll
           for (int mi = 0; mi < 4; ++mi) {
-            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 16384) + ot0_[kk] + mi * 2048);
+            cleave::ldmatrix_x4(a[mi], (smem + 0 + (j0 & 1) * 8192) + ot0_[kk] + mi * 1024);
           }
           #pragma unroll
           for (int nj = 0; nj < 8; nj += 2) {
             uint32_t bq[4];
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
-            cleave::ldmatrix_x4_trans(bq, (smem + 32768 + (j0 & 1) * 32768) + ot1_[nj / 2] + kk * 8192);
+            cleave::ldmatrix_x4_trans(bq, (smem + 16384 + (j0 & 1) * 16384) + ot1_[nj / 2] + kk * 8192);
             #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -465,14 +465,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
         float part = b1[mi][h];
         #pragma unroll
         for (int q = 0; q < 1; ++q) {
-          const int c0 = wn * 16 + (q * 4 + t) * 4;
-          const cleave::words2 raw = cleave::ld_shared<cleave::words2>(((smem + 0 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(row, c0)));
+          const int c0 = wn * 8 + (q * 4 + t) * 2;
+          const uint32_t raw = cleave::ld_shared<uint32_t>(((smem + 0 + (j0 & 1) * 8192) + cleave_off<64, 2, 2>(row, c0)));
           const uint32_t* w = reinterpret_cast<const uint32_t*>(&raw);
-          float x_[4];
+          float x_[2];
           #pragma unroll
-          for (int i = 0; i < 2; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
+          for (int i = 0; i < 1; ++i) { const float2 f = cleave::unpack_half2(w[i]); x_[2 * i] = f.x; x_[2 * i + 1] = f.y; }
           #pragma unroll
-          for (int e = 0; e < 4; ++e) {
+          for (int e = 0; e < 2; ++e) {
             const int col = c0 + e;
             (void)col;
             if (true) part = cleave_add(part, cleave_sq(x_[e]));
@@ -492,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
       b1[mi][h] = cleave::quad_sum(b1[mi][h]);
     }
     {
-      unsigned char* scratch = smem + 98304;
+      unsigned char* scratch = smem + 65536;
       if (t == 0) {
         #pragma unroll
         for (int mi = 0; mi < 4; ++mi)

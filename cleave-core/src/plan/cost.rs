@@ -1,11 +1,12 @@
 //! The analytic cost model (paper App. A, extended to a time estimate).
 //!
 //! For one planned kernel it counts, per block, the global-memory bytes of every tile load and
-//! store over all loop iterations (loads hoisted out of a loop count once) and the tensor-core
-//! and SIMT flops; the shared-memory peak comes from the planner's allocator. Occupancy follows
-//! from shared memory, registers and threads; the grid runs in waves over the SMs. The estimate
-//! is `waves × max(compute, memory)` of one wave, which ranks candidates; it is not a
-//! prediction of absolute time.
+//! store over all loop iterations (loads hoisted out of a loop count once), the tensor-core and
+//! SIMT flops, the shared-memory bytes and the warp instructions issued; the shared-memory peak
+//! comes from the planner's allocator. Occupancy follows from shared memory, registers and
+//! threads; the grid runs in waves over the SMs, and a wave's time is the largest of five
+//! bounds ([`Bound`]) on the busiest SM, plus the latency of filling and draining a block.
+//! The estimate ranks candidates; it is not a prediction of absolute time.
 
 use super::launch::Kernel;
 use super::program::{Binding, BufKind, MmaA, Stmt, TileKernel};
@@ -29,16 +30,72 @@ pub struct Cost {
     /// Shared-memory bytes read and written by all blocks (MMA operands, cp.async copies,
     /// staged stores).
     pub smem_traffic: u64,
+    /// Warp instructions all blocks issue (an estimate from the program, see [`Issue`]).
+    pub instructions: u64,
     /// Blocks resident per SM.
     pub blocks_per_sm: u64,
     /// Waves of blocks.
     pub waves: u64,
+    /// What bounds the first wave.
+    pub bound: Bound,
     /// Estimated seconds (for ranking).
     pub seconds: f64,
 }
 
+/// The bound that sets a wave's time: the largest of the model's terms on the busiest SM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bound {
+    /// DRAM bandwidth: the whole GPU's, or what the wave's SMs can stream.
+    Dram,
+    /// Tensor-core and SIMT throughput.
+    Compute,
+    /// Shared-memory bandwidth.
+    Smem,
+    /// Instruction issue: four schedulers per SM, each used only by a warp resident on it.
+    Issue,
+    /// The loop's turn: with two tiles in flight an iteration takes at least half a DRAM
+    /// latency, whatever the bandwidth.
+    Latency,
+}
+
+impl Bound {
+    /// The lower-case name the CLI prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Dram => "dram",
+            Bound::Compute => "compute",
+            Bound::Smem => "smem",
+            Bound::Issue => "issue",
+            Bound::Latency => "latency",
+        }
+    }
+}
+
 /// The fixed cost of one kernel launch on the stream (a few microseconds on current GPUs).
 pub const LAUNCH_SECONDS: f64 = 4e-6;
+
+/// Warp instructions the model charges, compared with the static SASS of the generated
+/// loops (bench/RESULTS.md, "The main loop"; the estimate runs low by about a quarter on
+/// matmul_decode's loop): a 16x8x16 product with its share of `ldmatrix`
+/// and operand moves; a 512-byte warp copy (16 bytes a lane) with its address arithmetic; one
+/// loop iteration's barrier, wait, pointer updates and branch. Elementwise work is one
+/// instruction per 32 elements per operation.
+pub struct Issue;
+
+impl Issue {
+    /// Per `mma.m16n8k16`.
+    pub const PER_MMA: f64 = 3.0;
+    /// Per 512 bytes copied between global and shared memory by one warp.
+    pub const PER_COPY: f64 = 6.0;
+    /// Per warp and loop iteration.
+    pub const PER_ITERATION: f64 = 24.0;
+    /// Instructions a warp issues per cycle on average: dependent instructions wait several
+    /// cycles (shuffles and `exp` a few tens), which the generated code's independent chains
+    /// hide only in part. A model constant, to be calibrated on a GPU.
+    pub const WARP_RATE: f64 = 0.3;
+    /// The share of the second largest bound that overlaps the largest imperfectly.
+    pub const OVERLAP_LOSS: f64 = 0.25;
+}
 
 fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
     dims.get(d).value.div_ceil(tile).max(1)
@@ -48,29 +105,69 @@ fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
 pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch) -> Cost {
     let blocks: u64 = k.grid.iter().map(|a| trips(dims, a.dim, a.tile)).product::<u64>().max(1);
     let threads = u64::from(k.warps.threads());
+    let warps = threads.div_ceil(32).max(1);
     let mut t = Tally::default();
     walk(k, &k.body, 1, dims, &mut t);
-    let Tally { bytes, mma, simt, iterations, smem } = t;
+    let Tally { bytes, mma, simt, iterations, smem, copied } = t;
+    // Warp instructions of one block (Tally counts four flops per elementwise operation).
+    let instructions = mma as f64 / 4096.0 * Issue::PER_MMA
+        + copied as f64 / 512.0 * Issue::PER_COPY
+        + simt as f64 / 128.0
+        + (iterations * warps) as f64 * Issue::PER_ITERATION;
     let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
     let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
     let by_threads = u64::from(arch.threads_per_sm) / threads;
     let blocks_per_sm = by_smem.min(by_regs).min(by_threads).clamp(1, 32);
-    let slots = u64::from(arch.sms) * blocks_per_sm;
-    let waves = blocks.div_ceil(slots);
-    // One wave runs `slots` blocks at once; the last wave is as slow as a full one.
-    let per_block_mem = bytes as f64 / arch.dram_bandwidth * slots as f64;
-    let per_block_compute = mma as f64 / arch.mma_flops * slots as f64 + simt as f64 / arch.simt_flops * slots as f64;
-    // Shared memory serves the tensor cores' operands concurrently with their work, so a block
-    // takes as long as the slower of the two. Measured on the generated SASS (bench/RESULTS.md,
-    // "The main loop"), 16-row warp tiles move about twice FlashAttention-2's shared-memory
-    // bytes per product, which is what makes 32-row warp tiles worth their registers.
-    let per_block_smem = smem as f64 / arch.smem_bandwidth * slots as f64;
-    let per_block_compute = per_block_compute.max(per_block_smem);
-    // Fixed costs the throughput terms miss: launching a block, and the barriers and copy
-    // latency of every loop iteration (which is what makes tiny tiles slow); and launching the
-    // kernel at all, which is what a Split-K's second kernel costs.
-    let latency = 2e-6 + iterations as f64 * 2e-7;
-    let seconds = LAUNCH_SECONDS + waves as f64 * (per_block_mem.max(per_block_compute) + latency);
+    let sms = u64::from(arch.sms);
+    let slots = sms * blocks_per_sm;
+    let per_sm = |total: f64| total / f64::from(arch.sms);
+    // One wave of `n` blocks: the GPU spreads them over the SMs, so the busiest SM holds
+    // `r` of them and the wave lasts as long as that SM's work under the slowest of its
+    // bounds. A partial wave is cheaper than a full one, but its idle SMs' bandwidth is lost.
+    let wave = |n: u64| -> (f64, Bound) {
+        let r = n.div_ceil(sms).min(blocks_per_sm) as f64;
+        let dram = (n * bytes) as f64 / arch.dram_bandwidth;
+        let dram = dram.max(r * bytes as f64 / arch.sm_dram_bandwidth);
+        let compute = r * (mma as f64 / per_sm(arch.mma_flops) + simt as f64 / per_sm(arch.simt_flops));
+        // Shared memory serves the tensor cores' operands concurrently with their work, so
+        // it is a bound of its own. Measured on the generated SASS (bench/RESULTS.md, "The
+        // main loop"), 16-row warp tiles move about twice FlashAttention-2's shared-memory
+        // bytes per product, which is what makes 32-row warp tiles worth their registers.
+        let smem_time = r * smem as f64 / per_sm(arch.smem_bandwidth);
+        // A scheduler issues only for the warps resident on it, and a warp whose next
+        // instruction waits on the one before issues only now and then: a one-warp block
+        // alone on its SM keeps a third of one scheduler of four busy.
+        let rate = |w: f64| (w * Issue::WARP_RATE).min(4.0) * arch.clock_hz;
+        let issue = r * instructions / rate(r * warps as f64);
+        // A block's loop turns no faster than half a DRAM latency (two tiles in flight), nor
+        // faster than its own warps issue an iteration's instructions: what a few warps
+        // doing a whole tile's softmax and products cost, even when the SM has bandwidth left.
+        let latency = iterations as f64 * arch.dram_latency / 2.0;
+        let latency = latency.max(instructions / rate(warps as f64));
+        let mut terms = [
+            (dram, Bound::Dram),
+            (compute, Bound::Compute),
+            (smem_time, Bound::Smem),
+            (issue, Bound::Issue),
+            (latency, Bound::Latency),
+        ];
+        terms.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // The bounds overlap only in part (a block's phases meet at its barriers), so the
+        // second largest adds a share: of two schedules bound alike, the one with less of
+        // the other work is the faster.
+        let time = terms[0].0 + Issue::OVERLAP_LOSS * terms[1].0;
+        // Filling the pipeline before the first tile and draining the last store are
+        // latency no other block's work hides within a wave.
+        (time + 2.0 * arch.dram_latency, terms[0].1)
+    };
+    let (full, rest) = (blocks / slots, blocks % slots);
+    let (first, bound) = wave(if full > 0 { slots } else { rest });
+    let mut seconds = LAUNCH_SECONDS + full as f64 * first;
+    if full > 0 && rest > 0 {
+        seconds += wave(rest).0;
+    } else if full == 0 {
+        seconds += first;
+    }
     Cost {
         blocks,
         gmem_bytes: bytes * blocks,
@@ -78,8 +175,10 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
         simt_flops: simt * blocks,
         smem_bytes: k.smem_bytes,
         smem_traffic: smem * blocks,
+        instructions: (instructions * blocks as f64) as u64,
         blocks_per_sm,
-        waves,
+        waves: blocks.div_ceil(slots),
+        bound,
         seconds,
     }
 }
@@ -93,6 +192,8 @@ struct Tally {
     iterations: u64,
     /// Shared-memory bytes read and written.
     smem: u64,
+    /// Global bytes copied (loads and stores), for the instruction estimate.
+    copied: u64,
 }
 
 fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tally) {
@@ -115,12 +216,14 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
             Stmt::Load { param, tmap, .. } => {
                 let p = &k.params[param.0 as usize];
                 t.bytes += times * tmap.elements() * p.dtype.size();
+                t.copied += times * tmap.elements() * p.dtype.size();
                 // The copy lands in shared memory.
                 t.smem += times * tmap.elements() * p.dtype.size();
             }
             Stmt::Store { param, tmap, staging, .. } => {
                 let p = &k.params[param.0 as usize];
                 t.bytes += times * tmap.elements() * p.dtype.size();
+                t.copied += times * tmap.elements() * p.dtype.size();
                 if staging.is_some() {
                     // Written to the staging tile, then read back in 16-byte rows.
                     t.smem += times * 2 * tmap.elements() * p.dtype.size();
@@ -266,8 +369,24 @@ pub fn stage_cost(k: &StageKernel, dims: &DimTable, arch: &Arch) -> Cost {
         step_ops = o;
     }
     let serial = steps as f64 * (STEP_CYCLES + (step_ops * EXTENDED_OP_COST) as f64) / CLOCK_HZ;
-    let seconds = LAUNCH_SECONDS
-        + (gmem_bytes as f64 / arch.dram_bandwidth).max(simt_flops as f64 / arch.simt_flops).max(serial)
-        + 2e-6;
-    Cost { blocks, gmem_bytes, mma_flops: 0, simt_flops, smem_bytes: 0, smem_traffic: 0, blocks_per_sm, waves, seconds }
+    let terms = [
+        (gmem_bytes as f64 / arch.dram_bandwidth, Bound::Dram),
+        (simt_flops as f64 / arch.simt_flops, Bound::Compute),
+        (serial, Bound::Latency),
+    ];
+    let (time, bound) = terms.into_iter().fold((0.0, Bound::Latency), |a, b| if b.0 > a.0 { b } else { a });
+    let seconds = LAUNCH_SECONDS + time + 2e-6;
+    Cost {
+        blocks,
+        gmem_bytes,
+        mma_flops: 0,
+        simt_flops,
+        smem_bytes: 0,
+        smem_traffic: 0,
+        instructions: simt_flops / 32,
+        blocks_per_sm,
+        waves,
+        bound,
+        seconds,
+    }
 }

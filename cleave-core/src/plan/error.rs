@@ -29,6 +29,17 @@ pub enum PlanError {
         /// The budget.
         budget: u64,
     },
+    /// A configuration whose warps would idle: the rows need fewer, and the loop's tile is
+    /// too narrow for the rest to split it (a wider tile of the same loop would).
+    #[error("{threads} threads of the configuration's warps would work: the loop's tile of {tile} is narrower than the {needed} its warps split")]
+    IdleWarps {
+        /// The threads the rows use.
+        threads: u32,
+        /// The loop's tile.
+        tile: u64,
+        /// The tile the configuration's warps need.
+        needed: u64,
+    },
     /// More shared memory than a block may use.
     #[error("needs {bytes} bytes of shared memory per block (the limit is {limit})")]
     OverSharedMemory {
@@ -139,6 +150,7 @@ impl PlanError {
         match self {
             PlanError::OverRegisterBudget { .. } => "over the register budget".into(),
             PlanError::OverSharedMemory { .. } => "over the shared-memory limit".into(),
+            PlanError::IdleWarps { .. } => "warps left idle by a loop tile too narrow to split".into(),
             PlanError::OutputWithoutTile(_) => "an output with no tile at the grid level".into(),
             PlanError::OutputNotComputed(_) => "an output that was never computed".into(),
             PlanError::UsedBeforeComputed(_) => "a value used before it is computed".into(),

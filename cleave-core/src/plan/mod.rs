@@ -21,7 +21,7 @@ pub mod program;
 pub mod requests;
 pub mod stage;
 
-pub use cost::{cost_of, cost_on, kernel_cost, kernel_cost_on, stage_cost, Cost};
+pub use cost::{cost_of, cost_on, kernel_cost, kernel_cost_on, stage_cost, Bound, Cost, Issue, LAUNCH_SECONDS};
 pub use error::PlanError;
 pub use launch::{assemble, fallback, kernel_io, Kernel, Launch};
 pub use lower::{lower, KernelIo, Planned};

@@ -173,6 +173,8 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
             } else {
                 (body, lowerer.bufs) = saved;
             }
+        } else if let Some((tile, needed)) = lowerer.narrow_loop(cfg, &body) {
+            return Err(PlanError::IdleWarps { threads: warps.threads(), tile, needed });
         }
     }
     if registers > REGISTER_BUDGET {

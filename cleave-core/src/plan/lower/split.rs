@@ -55,6 +55,32 @@ impl Lowerer<'_> {
         Some(parts)
     }
 
+    /// The tile of `body`'s one loop and the width its split needs, when the loop carries
+    /// state the warps could merge but its tile is too narrow for the configuration's column
+    /// warps to take 16 columns each, and its dim admits a tile that wide: such a
+    /// configuration would run with its warps idle where a wider tile of the same loop
+    /// keeps them busy, so the lowering refuses it.
+    pub(super) fn narrow_loop(&self, cfg: &TileConfig, body: &[Stmt]) -> Option<(u64, u64)> {
+        let want = cfg.warps.max(1);
+        let tiles16 = self.rows.div_ceil(16) as u32;
+        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
+        if want % m != 0 || want / m < 2 {
+            return None;
+        }
+        let needed = 16 * u64::from(want / m);
+        let mut loops = body.iter().filter_map(|s| match s {
+            Stmt::Loop { iter, dim, tile, .. } => Some((*iter, *dim, *tile)),
+            _ => None,
+        });
+        let (iter, dim, tile) = loops.next()?;
+        if loops.next().is_some() || tile % needed == 0 {
+            return None;
+        }
+        self.loop_state.get(&iter)?.as_ref()?;
+        let info = self.g.dims.get(dim);
+        (info.dynamic || info.value >= needed).then_some((tile, needed))
+    }
+
     /// Rewrites `body` so that the column warps split its one loop, when the rows leave warps
     /// of the configuration idle and the loop qualifies (see the module). Returns the layout,
     /// or `None` with `body` and the buffers untouched.
