@@ -55,19 +55,24 @@ impl Lowerer<'_> {
         Some(parts)
     }
 
+    /// The rows and columns of warps a split lays out for `cfg`: as many warp rows as divide
+    /// the block's 16-row tiles, the rest of the configuration's warps in columns (at least
+    /// two, or there is nothing to split).
+    fn column_warps(&self, cfg: &TileConfig) -> Option<(u32, u32)> {
+        let want = cfg.warps.max(1);
+        let tiles16 = self.rows.div_ceil(16) as u32;
+        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
+        (want % m == 0 && want / m >= 2).then_some((m, want / m))
+    }
+
     /// The tile of `body`'s one loop and the width its split needs, when the loop carries
     /// state the warps could merge but its tile is too narrow for the configuration's column
     /// warps to take 16 columns each, and its dim admits a tile that wide: such a
     /// configuration would run with its warps idle where a wider tile of the same loop
     /// keeps them busy, so the lowering refuses it.
     pub(super) fn narrow_loop(&self, cfg: &TileConfig, body: &[Stmt]) -> Option<(u64, u64)> {
-        let want = cfg.warps.max(1);
-        let tiles16 = self.rows.div_ceil(16) as u32;
-        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
-        if want % m != 0 || want / m < 2 {
-            return None;
-        }
-        let needed = 16 * u64::from(want / m);
+        let (_, n) = self.column_warps(cfg)?;
+        let needed = 16 * u64::from(n);
         let mut loops = body.iter().filter_map(|s| match s {
             Stmt::Loop { iter, dim, tile, .. } => Some((*iter, *dim, *tile)),
             _ => None,
@@ -85,13 +90,7 @@ impl Lowerer<'_> {
     /// of the configuration idle and the loop qualifies (see the module). Returns the layout,
     /// or `None` with `body` and the buffers untouched.
     pub(super) fn split_loop(&mut self, cfg: &TileConfig, body: &mut Vec<Stmt>) -> Option<Warps> {
-        let want = cfg.warps.max(1);
-        let tiles16 = self.rows.div_ceil(16) as u32;
-        let m = (1..=want.min(tiles16)).rev().find(|d| tiles16 % d == 0).unwrap_or(1);
-        if want % m != 0 || want / m < 2 {
-            return None;
-        }
-        let n = want / m;
+        let (m, n) = self.column_warps(cfg)?;
         let n64 = u64::from(n);
         let mut loops = body.iter().enumerate().filter(|(_, s)| matches!(s, Stmt::Loop { .. }));
         let (at, _) = loops.next()?;
@@ -281,7 +280,7 @@ impl Lowerer<'_> {
         let scratch =
             self.buf("t_merge".to_string(), BufKind::Smem { dtype: DType::F32, rows: n64 * rows, cols: width });
         body.insert(at + 1, Stmt::Merge { scratch, parts: merge });
-        Some(Warps { m, n, m_tiles: tiles16 / m, split: true })
+        Some(Warps { m, n, m_tiles: self.rows.div_ceil(16) as u32 / m, split: true })
     }
 }
 
