@@ -1,7 +1,8 @@
 //! The host emulator as a sanitizer, on real generated kernels: each bug of the planted-bug
 //! suite is planted in a copy of the generated CUDA of `mha_d64_prefill` and must be reported
-//! with its kind and source line; the unmodified copy runs clean; and the three thread
-//! schedules give bit-identical results on a Split-K kernel.
+//! with its kind and source line; the unmodified copy runs clean; a pipeline deeper than two
+//! stages that waits one group short is reported too; and the three thread schedules give
+//! bit-identical results on a Split-K kernel.
 
 use cleave::emulate;
 use cleave::runtime::host::{checks, EmuOptions, Schedule};
@@ -131,6 +132,31 @@ fn every_planted_bug_is_reported_and_the_original_runs_clean() {
     }
     assert!(missed.is_empty(), "planted bugs not reported as expected:\n{}", missed.join("\n"));
     run(&c, &source, &extents, Schedule::RoundRobin, 5).expect("the generated kernel runs clean under every check");
+}
+
+#[test]
+fn a_deep_pipeline_waits_for_exactly_its_own_tiles() {
+    // matmul_decode's split kernel streams the weights through more than two stages: every
+    // iteration waits for all but the newest `stages - 1` groups of copies. Waiting for one
+    // group fewer leaves this iteration's tile in flight while it is read, which the emulator
+    // reports; the generated wait runs clean.
+    let c = compile(&kernel("matmul_decode"), &Options::default()).expect("compiles");
+    let launch = c.best();
+    let split = launch.kernels[0].tile().expect("a tile kernel");
+    let stages = split.bufs.iter().map(|b| b.stages).max().expect("buffers");
+    assert!(stages > 2, "the weights stream through {stages} stages");
+    let source = cuda::emit_launch(launch, "matmul_decode");
+    let wait = format!("cleave::cp_async_wait<{}>();", stages - 1);
+    assert!(source.contains(&wait), "the loop waits for all but {} groups", stages - 1);
+    // Every such wait, in the steady-state loop (whole blocks) and the masked one (a ragged
+    // batch): each extent below runs one of them.
+    let planted = source.replace(&wait, &format!("cleave::cp_async_wait<{stages}>();"));
+    for b in [5, 16] {
+        let extents = [("b", b)];
+        let err = run(&c, &planted, &extents, Schedule::RoundRobin, 5).expect_err("a wait one group short");
+        assert!(err.contains("cp.async hazard") && err.contains("cp_async_16"), "b={b}: {err}");
+        run(&c, &source, &extents, Schedule::RoundRobin, 5).expect("the generated kernel runs clean under every check");
+    }
 }
 
 #[test]

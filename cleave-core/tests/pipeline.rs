@@ -184,6 +184,27 @@ fn the_cost_model_counts_waves_on_the_sms_a_grid_uses() {
 }
 
 #[test]
+fn a_deeper_pipeline_waits_out_less_latency() {
+    // The combine kernel of a split decode reads one partial per iteration, a small tile: with
+    // two stages it waits out a DRAM latency every other iteration. Its configurations offer
+    // deeper pipelines, and the one chosen keeps more tiles in flight and costs less.
+    let c = compiled("mha_d64_decode");
+    let l = c.best();
+    let k = l.kernels[1].tile().expect("a tile kernel");
+    let regs = l.registers[1];
+    let deep = k.bufs.iter().map(|b| b.stages).max().expect("buffers");
+    assert!(deep > 2, "the combine streams through {deep} stages");
+    let mut shallow = k.clone();
+    for b in shallow.bufs.iter_mut().filter(|b| b.stages > 1) {
+        b.stages = 2;
+    }
+    let a = kernel_cost(k, l.dims(), regs, &SM90);
+    let b = kernel_cost(&shallow, l.dims(), regs, &SM90);
+    assert_eq!(b.bound, Bound::Latency, "{b:?}");
+    assert!(a.seconds < b.seconds, "{} stages: {a:?}; two: {b:?}", deep);
+}
+
+#[test]
 fn query_heads_sharing_a_kv_head_share_the_tile() {
     // MQA's 32 heads read one K/V head and GQA's groups of 4 one each: the split kernel packs
     // several of those heads into the rows of one block (at least 4 warps), so each K/V tile

@@ -134,8 +134,9 @@ pub enum Derive {
 
 /// Blocks a split-KV launch aims at: two waves of an H200's 132 SMs.
 pub const SPLIT_TARGET_BLOCKS: u64 = 264;
-/// The shortest chunk of a request worth a block of its own.
-pub const SPLIT_MIN_CHUNK: u64 = 256;
+/// The shortest chunk of a request worth a block of its own: 128 entries are 64 KiB of one
+/// 128-wide K/V head in 16 bits, and more than twice that of an MLA latent row.
+pub const SPLIT_MIN_CHUNK: u64 = 128;
 /// The most parts a request is split into.
 pub const SPLIT_MAX: u64 = 32;
 

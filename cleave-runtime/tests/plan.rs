@@ -218,12 +218,13 @@ static SPLIT: LaunchPlan = LaunchPlan {
 #[test]
 fn split_counts_follow_the_extents_and_the_workspace_bound_covers_smaller_ones() {
     // 264 blocks wanted: 16 requests × 8 blocks want 3 parts (of 1024 entries each, 4 would be
-    // allowed); one request wants 33, capped at 32; requests of 256 entries or fewer are not
-    // split.
+    // allowed); one request wants 33, capped at 32; requests of fewer than 256 entries (two
+    // chunks of 128) are not split.
     assert_eq!(extents(&SPLIT, &[16, 16 * 1024]).unwrap()[2], 3);
     assert_eq!(extents(&SPLIT, &[1, 65536]).unwrap()[2], 32);
     assert_eq!(extents(&SPLIT, &[16, 16 * 200]).unwrap()[2], 1);
-    assert_eq!(cleave_runtime::split_count(128, 4096 / 16), 1);
+    assert_eq!(cleave_runtime::split_count(128, 4096 / 16), 2);
+    assert_eq!(cleave_runtime::split_count(128, 4096 / 32), 1);
     // A workspace sized for some extents holds every launch at smaller ones, though a smaller
     // batch takes more parts per request.
     let bound = |d: &[u64]| {

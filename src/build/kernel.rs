@@ -202,6 +202,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
                 "output_tiles": out_tiles,
                 "reduction_tiles": red_tiles,
                 "warps": config.warps,
+                "stages": config.stages,
                 "threads": k.threads(),
                 "smem_bytes": k.smem_bytes(),
             })

@@ -108,7 +108,7 @@ fn tile_config(r: &Ranked, k: usize) -> Value {
             json!({ "op": op, "dim": dim, "tile": t })
         })
         .collect();
-    json!({ "output": out, "reduction": red, "warps": cfg.warps })
+    json!({ "output": out, "reduction": red, "warps": cfg.warps, "stages": cfg.stages })
 }
 
 /// The `cleave schedule --json` document.

@@ -922,7 +922,7 @@ extern "C" int cleave_emu_cleave_mha_d64_decode_0(const cleave_emu_launch* L, vo
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(h/1), i1 < ceil(b/16):  # 128 threads, 16 rows, 8704 B smem
+//   parfor i0 < ceil(h/1), i1 < ceil(b/16):  # 128 threads, 16 rows, 17152 B smem
 //     t2 = 0.0
 //     t3 = 0.0
 //     t0_m = -inf
@@ -968,11 +968,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   float b0[1][2];  // t2: one per row
   float b1[1][2][4];  // t3: 16 x 64
   float b2[1][2];  // t0_m: one per row
-  // t_ws0: smem 16 x 1 f32 at byte 0 (double-buffered)
-  // t_ws0_max: smem 16 x 1 f32 at byte 128 (double-buffered)
+  // t_ws0: smem 16 x 1 f32 at byte 0 (4 stages)
+  // t_ws0_max: smem 16 x 1 f32 at byte 256 (4 stages)
   float b5[1][2];  // t0_mn: one per row
   float b6[1][2];  // t0_c: one per row
-  // t_ws1: smem 16 x 64 f32 at byte 256 (double-buffered)
+  // t_ws1: smem 16 x 64 f32 at byte 512 (4 stages)
   // t_o_stage: smem 16 x 64 f16 at byte 0
   // t2 = ...
   #pragma unroll
@@ -1037,7 +1037,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-          cleave::st_shared<float>((smem + 128 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::st_shared<float>((smem + 256 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
@@ -1052,7 +1052,91 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           for (int gi = 0; gi < 2; ++gi) {
             const int c = c0 + gi * 32;
             const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-            cleave::cp_async_16((smem + 256 + (0) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+            cleave::cp_async_16((smem + 512 + (0) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (1 < n_j0) {
+      const int j0 = 1;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 0 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 256 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 512 + (1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (2 < n_j0) {
+      const int j0 = 2;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 0 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          cleave::st_shared<float>((smem + 256 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 512 + (2) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
           }
         }
       }
@@ -1060,8 +1144,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     cleave::cp_async_commit();
     int j0 = 0;
     const bool block_whole_ = 16 <= cleave_room(e_b - (16LL * i1));
-    for (; j0 + 1 < n_j0 && block_whole_; ++j0) {
-      const int next = j0 + 1;
+    for (; j0 + 3 < n_j0 && block_whole_; ++j0) {
+      const int next = j0 + 3;
       {
         const int j0 = next;
         // t_ws0 = Load(ws0)
@@ -1072,7 +1156,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws0_max = Load(ws0_max)
@@ -1083,7 +1167,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws1 = Load(ws1)
@@ -1097,13 +1181,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
               const int c = c0 + gi * 32;
-              cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (64LL) + gi * 32, (int)(4 * 4));
+              cleave::cp_async_16((smem + 512 + (j0 & 3) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (64LL) + gi * 32, (int)(4 * 4));
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<1>();
+      cleave::cp_async_wait<3>();
       __syncthreads();
       // t0_mn = ...
       #pragma unroll
@@ -1114,7 +1198,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))));
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))));
       }
       // t0_c = ...
       #pragma unroll
@@ -1174,7 +1258,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
       }
       // t3 = ...
       #pragma unroll
@@ -1189,14 +1273,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 3) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
     for (; j0 < n_j0; ++j0) {
-      if (j0 + 1 < n_j0) {
-        const int next = j0 + 1;
+      if (j0 + 3 < n_j0) {
+        const int next = j0 + 3;
         {
           const int j0 = next;
           // t_ws0 = Load(ws0)
@@ -1207,7 +1291,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-              cleave::st_shared<float>((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::st_shared<float>((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -1218,7 +1302,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-              cleave::st_shared<float>((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::st_shared<float>((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws1 = Load(ws1)
@@ -1233,14 +1317,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               for (int gi = 0; gi < 2; ++gi) {
                 const int c = c0 + gi * 32;
                 const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-                cleave::cp_async_16((smem + 256 + (j0 & 1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+                cleave::cp_async_16((smem + 512 + (j0 & 3) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
               }
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<1>();
+      cleave::cp_async_wait<3>();
       __syncthreads();
       // t0_mn = ...
       #pragma unroll
@@ -1251,7 +1335,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))));
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))));
       }
       // t0_c = ...
       #pragma unroll
@@ -1311,7 +1395,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
       }
       // t3 = ...
       #pragma unroll
@@ -1326,7 +1410,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 1) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 1) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 3) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles

@@ -484,9 +484,12 @@ impl Gen<'_> {
     fn smem_base(&self, b: BufId) -> String {
         let buf = self.k.buf(b);
         match self.staged.iter().find(|(x, _)| *x == b) {
-            Some((_, it)) => {
-                format!("(smem + {} + ({} & 1) * {})", buf.smem_offset, self.iter(*it), geom(buf).stage_bytes)
-            }
+            Some((_, it)) => format!(
+                "(smem + {} + ({}) * {})",
+                buf.smem_offset,
+                stage_index(&self.iter(*it), buf.stages),
+                geom(buf).stage_bytes
+            ),
             None => format!("(smem + {})", buf.smem_offset),
         }
     }
@@ -554,7 +557,11 @@ impl Gen<'_> {
                         rows,
                         dtype.name(),
                         b.smem_offset,
-                        if b.stages > 1 { " (double-buffered)" } else { "" }
+                        match b.stages {
+                            0 | 1 => String::new(),
+                            2 => " (double-buffered)".to_string(),
+                            n => format!(" ({n} stages)"),
+                        }
                     ));
                 }
             }
@@ -1839,19 +1846,29 @@ impl Gen<'_> {
         }
         let saved_deferred = self.deferred.len();
         self.deferred.extend(deferred.iter().copied());
+        // The tiles in flight ahead of the one in use: every stage but that one.
+        let ahead = loads.iter().map(|(d, _, _)| self.k.buf(*d).stages).max().unwrap_or(2).max(2) - 1;
         if !loads.is_empty() {
             // A loop with no iterations (a request's empty chunk, a causal block with nothing
             // to see) loads nothing: the loop's waits would not run, and the copies would still
-            // be landing in shared memory the code after it reuses.
+            // be landing in shared memory the code after it reuses. Each of the first `ahead`
+            // tiles is a group of its own, committed even when empty, so that every later
+            // wait counts the same groups.
             self.line("__syncthreads();");
-            self.line(&format!("if (n_{it} > 0) {{"));
-            self.depth += 1;
-            self.line(&format!("const int {it} = 0;"));
-            for (d, p, tm) in &loads {
-                self.load(*d, *p, tm, Some("0"));
+            for j in 0..ahead {
+                if j == 0 {
+                    self.line(&format!("if (n_{it} > 0) {{"));
+                } else {
+                    self.line(&format!("if ({j} < n_{it}) {{"));
+                }
+                self.depth += 1;
+                self.line(&format!("const int {it} = {j};"));
+                for (d, p, tm) in &loads {
+                    self.load(*d, *p, tm, Some(&j.to_string()));
+                }
+                self.close();
+                self.line("cleave::cp_async_commit();");
             }
-            self.close();
-            self.line("cleave::cp_async_commit();");
         }
         let rest: Vec<Stmt> = body.iter().filter(|s| !matches!(s, Stmt::Load { .. })).cloned().collect();
         // Iterations whose tiles lie wholly inside every column mask of the body run a copy of
@@ -1910,7 +1927,7 @@ impl Gen<'_> {
         let has_masks = !cond.is_empty();
         let cond = cond.join(" && ");
         if !loads.is_empty() {
-            let mut test = format!("{it} + 1 < n_{it}");
+            let mut test = format!("{it} + {ahead} < n_{it}");
             if !invariant.is_empty() {
                 let whole: Vec<String> = invariant
                     .iter()
@@ -1921,7 +1938,9 @@ impl Gen<'_> {
             }
             if has_masks {
                 self.line(&format!("const auto whole_ = [&](int {it}) {{ return {cond}; }};"));
-                test = format!("{test} && whole_({it}) && whole_({it} + 1)");
+                // The tiles between are whole when the last one is: the bounds only tighten
+                // along the loop.
+                test = format!("{test} && whole_({it}) && whole_({it} + {ahead})");
             }
             self.line(&format!("for (; {test}; ++{it}) {{"));
         } else if has_masks {
@@ -1937,14 +1956,14 @@ impl Gen<'_> {
             if !loads.is_empty() {
                 self.full.extend(invariant.iter().cloned());
             }
-            self.loop_iteration(iter, &loads, &rest, false);
+            self.loop_iteration(iter, &loads, &rest, ahead, false);
             self.full.truncate(saved);
             self.full_masks.truncate(saved_masks);
             self.close();
         }
         self.line(&format!("for (; {it} < n_{it}; ++{it}) {{"));
         self.depth += 1;
-        self.loop_iteration(iter, &loads, &rest, true);
+        self.loop_iteration(iter, &loads, &rest, ahead, true);
         self.close();
         self.in_split = saved_split;
         self.deferred.truncate(saved_deferred);
@@ -2003,28 +2022,37 @@ impl Gen<'_> {
             .collect()
     }
 
-    /// One iteration of a pipelined loop: the prefetch of the next iteration's tiles (if there
-    /// is one, when `guarded`), the wait for this one's, and the body.
-    fn loop_iteration(&mut self, iter: IterId, loads: &[(BufId, ParamId, TMap)], rest: &[Stmt], guarded: bool) {
+    /// One iteration of a pipelined loop: the prefetch of the tiles `ahead` iterations on (if
+    /// there are any, when `guarded`), the wait for this one's, and the body.
+    fn loop_iteration(
+        &mut self,
+        iter: IterId,
+        loads: &[(BufId, ParamId, TMap)],
+        rest: &[Stmt],
+        ahead: u32,
+        guarded: bool,
+    ) {
         let it = self.iter(iter);
         if !loads.is_empty() {
             if guarded {
-                self.line(&format!("if ({it} + 1 < n_{it}) {{"));
+                self.line(&format!("if ({it} + {ahead} < n_{it}) {{"));
                 self.depth += 1;
             }
-            self.line(&format!("const int next = {it} + 1;"));
+            self.line(&format!("const int next = {it} + {ahead};"));
             self.line("{");
             self.depth += 1;
             self.line(&format!("const int {it} = next;"));
             for (d, p, tm) in loads {
-                self.load(*d, *p, tm, Some(&format!("{it} & 1")));
+                self.load(*d, *p, tm, Some(&stage_index(&it, self.k.buf(*d).stages)));
             }
             self.close();
             if guarded {
                 self.close();
             }
+            // One group per iteration, empty or not: waiting for all but the last `ahead`
+            // groups completes exactly this iteration's tiles.
             self.line("cleave::cp_async_commit();");
-            self.line("cleave::cp_async_wait<1>();");
+            self.line(&format!("cleave::cp_async_wait<{ahead}>();"));
             self.line("__syncthreads();");
         }
         let saved = self.staged.len();
@@ -2036,6 +2064,16 @@ impl Gen<'_> {
         if !loads.is_empty() {
             self.line("__syncthreads();  // the next prefetch overwrites this iteration's tiles");
         }
+    }
+}
+
+/// The shared-memory stage an iteration's tiles use in a pipeline of `stages`.
+fn stage_index(it: &str, stages: u32) -> String {
+    let stages = stages.max(2);
+    if stages.is_power_of_two() {
+        format!("{it} & {}", stages - 1)
+    } else {
+        format!("{it} % {stages}")
     }
 }
 

@@ -188,14 +188,17 @@ pub fn candidates(
                 None => continue 'firsts,
             }
         }
-        let seconds = if graph.dims.has_per_request() {
+        let (seconds, costs) = if graph.dims.has_per_request() {
             let kernels: Vec<(&TileKernel, u64)> =
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
-            workload_seconds(&graph.dims, &kernels, targets)
+            // The kernels' own figures are those of the declared extents, with the split
+            // counts the launcher would choose for them: what `cleave schedule` reports.
+            let declared = at_workload(&graph.dims, requests::workloads(&graph.dims)[0].clone(), &kernels);
+            let costs = kernels.iter().map(|(k, regs)| kernel_cost_on(k, &declared, *regs, targets)).collect();
+            (workload_seconds(&graph.dims, &kernels, targets), costs)
         } else {
-            chosen.iter().map(|s| s.cost.seconds).sum()
+            (chosen.iter().map(|s| s.cost.seconds).sum(), chosen.iter().map(|s| s.cost).collect())
         };
-        let costs = chosen.iter().map(|s| s.cost).collect();
         let mut planned = Vec::with_capacity(chosen.len());
         let mut schedules = Vec::with_capacity(chosen.len());
         for (s, kg) in chosen.into_iter().zip(&part.kernels) {
@@ -217,31 +220,37 @@ pub fn candidates(
 /// counts the launch would choose for it.
 fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &Targets) -> f64 {
     let mut total = 0.0;
-    for mut table in requests::workloads(dims) {
-        let counts: Vec<DimVar> =
-            table.iter().map(|(v, _)| v).filter(|v| requests::is_runtime_split(dims, *v)).collect();
-        for v in counts {
-            let DimKind::SplitCount { of } = table.get(v).kind else { continue };
-            let Some(k) = kernels.iter().map(|(k, _)| k).find(|k| k.grid.iter().any(|a| a.dim == v)) else { continue };
-            let blocks: u64 =
-                k.grid.iter().filter(|a| a.dim != v).map(|a| table.get(a.dim).value.div_ceil(a.tile).max(1)).product();
-            let per = requests::per_request_entries(&table, of, &|d| table.get(d).value);
-            table.get_mut(v).value = requests::split_count(blocks, per);
-        }
-        // Chunks follow their axis and count.
-        let chunks: Vec<(DimVar, DimVar, DimVar)> = table
-            .iter()
-            .filter_map(|(v, d)| match d.kind {
-                DimKind::SplitChunk { of, count } => Some((v, of, count)),
-                _ => None,
-            })
-            .collect();
-        for (v, of, count) in chunks {
-            table.get_mut(v).value = table.get(of).value.div_ceil(table.get(count).value.max(1));
-        }
+    for table in requests::workloads(dims) {
+        let table = at_workload(dims, table, kernels);
         total += kernels.iter().map(|(k, regs)| kernel_cost_on(k, &table, *regs, targets).seconds).sum::<f64>();
     }
     total
+}
+
+/// A workload's dim table with the split counts a launch would choose for it, and the chunks
+/// that follow from them.
+fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)]) -> DimTable {
+    let counts: Vec<DimVar> = table.iter().map(|(v, _)| v).filter(|v| requests::is_runtime_split(dims, *v)).collect();
+    for v in counts {
+        let DimKind::SplitCount { of } = table.get(v).kind else { continue };
+        let Some(k) = kernels.iter().map(|(k, _)| k).find(|k| k.grid.iter().any(|a| a.dim == v)) else { continue };
+        let blocks: u64 =
+            k.grid.iter().filter(|a| a.dim != v).map(|a| table.get(a.dim).value.div_ceil(a.tile).max(1)).product();
+        let per = requests::per_request_entries(&table, of, &|d| table.get(d).value);
+        table.get_mut(v).value = requests::split_count(blocks, per);
+    }
+    // Chunks follow their axis and count.
+    let chunks: Vec<(DimVar, DimVar, DimVar)> = table
+        .iter()
+        .filter_map(|(v, d)| match d.kind {
+            DimKind::SplitChunk { of, count } => Some((v, of, count)),
+            _ => None,
+        })
+        .collect();
+    for (v, of, count) in chunks {
+        table.get_mut(v).value = table.get(of).value.div_ceil(table.get(count).value.max(1));
+    }
+    table
 }
 
 /// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph

@@ -108,7 +108,7 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     let warps = threads.div_ceil(32).max(1);
     let mut t = Tally::default();
     walk(k, &k.body, 1, dims, &mut t);
-    let Tally { bytes, mma, simt, iterations, smem, copied } = t;
+    let Tally { bytes, mma, simt, iterations, turns, smem, copied } = t;
     // Warp instructions of one block (Tally counts four flops per elementwise operation).
     let instructions = mma as f64 / 4096.0 * Issue::PER_MMA
         + copied as f64 / 512.0 * Issue::PER_COPY
@@ -139,10 +139,11 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
         // alone on its SM keeps a third of one scheduler of four busy.
         let rate = |w: f64| (w * Issue::WARP_RATE).min(4.0) * arch.clock_hz;
         let issue = r * instructions / rate(r * warps as f64);
-        // A block's loop turns no faster than half a DRAM latency (two tiles in flight), nor
-        // faster than its own warps issue an iteration's instructions: what a few warps
-        // doing a whole tile's softmax and products cost, even when the SM has bandwidth left.
-        let latency = iterations as f64 * arch.dram_latency / 2.0;
+        // A block's loop turns no faster than a DRAM latency shared by the tiles of its
+        // pipeline (half of one when double buffered; see `Tally::turns`), nor faster than
+        // its own warps issue an iteration's instructions: what a few warps doing a whole
+        // tile's softmax and products cost, even when the SM has bandwidth left.
+        let latency = turns * arch.dram_latency;
         let latency = latency.max(instructions / rate(warps as f64));
         let mut terms = [
             (dram, Bound::Dram),
@@ -190,6 +191,10 @@ struct Tally {
     mma: u64,
     simt: u64,
     iterations: u64,
+    /// DRAM latencies the loops wait out: an iteration of a loop whose tiles have `s` stages
+    /// counts `1 / s`, so a deeper pipeline waits less per tile. (A loop with no loads counts
+    /// as double buffered: its operands arrived with an enclosing level's tiles.)
+    turns: f64,
     /// Shared-memory bytes read and written.
     smem: u64,
     /// Global bytes copied (loads and stores), for the instruction estimate.
@@ -274,6 +279,16 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
             Stmt::Loop { dim, tile, body, .. } => {
                 let n = times * trips(dims, *dim, *tile);
                 t.iterations += n;
+                let stages = body
+                    .iter()
+                    .filter_map(|s| match s {
+                        Stmt::Load { dst, .. } => Some(k.buf(*dst).stages),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(2)
+                    .max(2);
+                t.turns += n as f64 / f64::from(stages);
                 walk(k, body, n, dims, t);
             }
         }

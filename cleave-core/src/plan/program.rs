@@ -56,8 +56,8 @@ pub struct Buf {
     pub kind: BufKind,
     /// Byte offset in dynamic shared memory (Smem buffers).
     pub smem_offset: u64,
-    /// Copies kept in shared memory: 2 for a tile loaded in a loop (the next iteration's tile
-    /// streams in while this one is used), else 1.
+    /// Copies kept in shared memory: for a tile loaded in a loop, the pipeline's depth (2 to 4:
+    /// the next `stages - 1` iterations' tiles stream in while this one is used), else 1.
     pub stages: u32,
 }
 

@@ -14,8 +14,9 @@ use crate::graph::{DimKind, DimTable, DimVar, Graph, PerRequestKind, ValidGraph}
 
 /// Blocks a split-KV launch aims at: two waves of an H200's 132 SMs.
 pub const SPLIT_TARGET_BLOCKS: u64 = 264;
-/// The shortest chunk of a request worth a block of its own.
-pub const SPLIT_MIN_CHUNK: u64 = 256;
+/// The shortest chunk of a request worth a block of its own: 128 entries are 64 KiB of one
+/// 128-wide K/V head in 16 bits, and more than twice that of an MLA latent row.
+pub const SPLIT_MIN_CHUNK: u64 = 128;
 /// The most parts a per-request dim is split into.
 pub const SPLIT_MAX: u64 = 32;
 
@@ -111,8 +112,9 @@ mod tests {
         assert_eq!(split_count(4, 16384), 32);
         // 16 requests of 2048 over 4 heads: 64 blocks, 5 parts fill two waves.
         assert_eq!(split_count(64, 2048), 5);
-        // Short requests are not split below 256 keys a part.
-        assert_eq!(split_count(4, 600), 2);
+        // Short requests are not split below 128 keys a part.
+        assert_eq!(split_count(4, 600), 4);
+        assert_eq!(split_count(4, 255), 1);
         assert_eq!(split_count(4, 100), 1);
         // A launch that fills the GPU already is not split.
         assert_eq!(split_count(512, 8192), 1);

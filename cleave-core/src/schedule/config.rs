@@ -17,12 +17,19 @@ pub struct TileConfig {
     pub red: BTreeMap<NodeId, u64>,
     /// Warps per block.
     pub warps: u32,
+    /// Shared-memory stages of the tiles a loop streams: a loop with `stages` of them keeps
+    /// `stages - 1` tiles in flight while it works on one (2: double buffering).
+    pub stages: u32,
 }
 
 /// The rows tile ladder: one to eight `mma` row blocks.
 const ROW_TILES: [u64; 4] = [16, 32, 64, 128];
 /// Reduction tiles for iterated axes.
 const RED_TILES: [u64; 3] = [32, 64, 128];
+/// Pipeline depths for a kernel that loops: double buffering, and deeper pipelines for loops
+/// whose tiles are small (a decode block's slice of K/V, a combine's one partial per step), so
+/// that enough bytes are in flight to cover the DRAM latency. The cost model chooses.
+const STAGES: [u32; 3] = [2, 3, 4];
 
 fn round16(x: u64) -> u64 {
     x.div_ceil(16) * 16
@@ -126,7 +133,7 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
         red_choices.push((nodes, choices));
     }
     // Cartesian product in a fixed order.
-    let mut configs = vec![TileConfig { out: BTreeMap::new(), red: BTreeMap::new(), warps: 4 }];
+    let mut configs = vec![TileConfig { out: BTreeMap::new(), red: BTreeMap::new(), warps: 4, stages: 2 }];
     for (v, choices) in &out_choices {
         configs = configs
             .into_iter()
@@ -163,7 +170,24 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             }
             v
         })
+        .flat_map(|c| {
+            // Only a kernel with a loop has tiles in flight; the others would only repeat.
+            let depths = if loops(g, &c) { &STAGES[..] } else { &STAGES[..1] };
+            depths.iter().map(move |&stages| TileConfig { stages, ..c.clone() })
+        })
         .collect()
+}
+
+/// True when some reduction of the configuration runs as a loop: its tile is smaller than its
+/// axis, or the axis is dynamic.
+fn loops(g: &Graph, c: &TileConfig) -> bool {
+    c.red.iter().any(|(id, tile)| match reduced_dim(g, *id) {
+        Some(Dim::Var(v)) => {
+            let info = g.dims.get(v);
+            info.dynamic || *tile < info.value
+        }
+        _ => false,
+    })
 }
 
 /// The number of rows of the block: the product of the primary output's non-last tiles.

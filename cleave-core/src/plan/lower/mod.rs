@@ -180,6 +180,10 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     if registers > REGISTER_BUDGET {
         return Err(PlanError::OverRegisterBudget { registers, budget: REGISTER_BUDGET });
     }
+    // Every tile a loop streams gets the configuration's pipeline depth.
+    for b in lowerer.bufs.iter_mut().filter(|b| b.stages > 1) {
+        b.stages = cfg.stages.max(2);
+    }
     let smem_bytes = resources::allocate_smem(&mut lowerer.bufs, &body, warps);
     let grid = it.loops.iter().map(|l| GridAxis { iter: l.iter, dim: l.dim, tile: l.tile }).collect::<Vec<_>>();
     let extents = extents::runtime_extents(g, &grid, &body, &lowerer.params, lowerer.extents);
@@ -445,6 +449,7 @@ impl Lowerer<'_> {
         });
         for s in &loop_body {
             if let Stmt::Load { dst, .. } = s {
+                // Double buffered here; `lower` gives it the configuration's depth.
                 self.bufs[dst.0 as usize].stages = 2;
             }
         }
