@@ -30,6 +30,9 @@ struct Row {
     kernel: String,
     threads: Option<u32>,
     head_dim: Option<u64>,
+    /// Blocks of the launch at the declared extents (with the split counts the launcher
+    /// derives there).
+    blocks: Option<u64>,
     report: LoopReport,
 }
 
@@ -78,8 +81,12 @@ fn ours(nvcc: &Nvcc, tool: &Path, dir: &Path, filters: &[String]) -> Vec<Row> {
         std::fs::write(&path, source).expect("write");
         sources.push(path);
         let d = g.dims.find("d").map(|v| g.dims.get(v).value);
-        let kernels: Vec<(String, u32)> =
-            launch.kernels.iter().map(|k| (k.symbol().to_string(), k.threads())).collect();
+        let kernels: Vec<(String, u32, u64)> = launch
+            .kernels
+            .iter()
+            .zip(&c.ranked[0].candidate.costs)
+            .map(|(k, cost)| (k.symbol().to_string(), k.threads(), cost.blocks))
+            .collect();
         launches.push((g.name.clone(), d, kernels));
     }
     let arches = ArchSet::parse("90").expect("arches");
@@ -88,12 +95,18 @@ fn ours(nvcc: &Nvcc, tool: &Path, dir: &Path, filters: &[String]) -> Vec<Row> {
     let mut rows = Vec::new();
     for (name, d, kernels) in launches {
         let functions = disassemble(tool, &out.join(format!("{name}.fatbin")));
-        for (symbol, threads) in kernels {
+        for (symbol, threads, blocks) in kernels {
             let f = functions
                 .iter()
                 .find(|f| f.name == symbol)
                 .unwrap_or_else(|| panic!("{symbol} is not in the disassembly of {name}"));
-            rows.push(Row { kernel: name.clone(), threads: Some(threads), head_dim: d, report: sass::hottest(f) });
+            rows.push(Row {
+                kernel: name.clone(),
+                threads: Some(threads),
+                head_dim: d,
+                blocks: Some(blocks),
+                report: sass::hottest(f),
+            });
         }
     }
     rows
@@ -142,11 +155,17 @@ fn fa2(nvcc: &Nvcc, tool: &Path, dir: &Path) -> Vec<Row> {
             kernel: format!("FlashAttention-2 fwd, hdim{d}"),
             threads: Some(128),
             head_dim: Some(d),
+            blocks: None,
             report: best,
         });
     }
     rows
 }
+
+/// The H200 the issue-bound share is taken on: SMs, boost clock, datasheet HBM bandwidth.
+const H200_SMS: u64 = 132;
+const H200_CLOCK_HZ: f64 = 1.98e9;
+const H200_BANDWIDTH: f64 = 4.8e12;
 
 fn fmt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
@@ -167,17 +186,25 @@ fn main() {
     println!("nvcc {}.{}, sm_90; cuobjdump: {}\n", nvcc.version.0, nvcc.version.1, tool.display());
     println!(
         "| kernel | launch | warps | loop instr | inner loops | HMMA | instr / HMMA | LDSM / HMMA | integer share | \
-         issue cyc / HMMA | SMEM cyc / HMMA | instr / score | global B / warp | instr / 16 B |"
+         issue cyc / HMMA | SMEM cyc / HMMA | instr / score | global B / warp | instr / 16 B | blocks | \
+         issue-bound share of 4.8 TB/s |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &rows {
         let r = &row.report;
         let c = &r.counts;
         let launch = r.function.rsplit('_').next().filter(|s| s.parse::<u32>().is_ok()).unwrap_or("main");
         let score = if c.mma > 0 { row.head_dim.and_then(|d| r.instr_per_score(d)) } else { None };
         let streaming = if c.mma == 0 { r.instr_per_16_global_bytes() } else { None };
+        // The bandwidth the loop's issue alone allows: each SM's four schedulers issue a warp
+        // instruction per cycle, and a warp moves its global bytes per loop body; only the
+        // SMs the grid occupies stream.
+        let share = row.blocks.zip(r.instr_per_16_global_bytes()).map(|(blocks, per_16)| {
+            let per_sm = 4.0 * H200_CLOCK_HZ * 512.0 / per_16;
+            blocks.min(H200_SMS) as f64 * per_sm / H200_BANDWIDTH
+        });
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.kernel,
             launch,
             row.threads.map_or_else(|| "-".to_string(), |t| (t / 32).to_string()),
@@ -192,6 +219,8 @@ fn main() {
             fmt(score, 3),
             c.global_bytes,
             fmt(streaming, 1),
+            row.blocks.map_or_else(|| "-".to_string(), |b| b.to_string()),
+            fmt(share, 2),
         );
     }
 }

@@ -1,16 +1,17 @@
 //! The host emulator as a sanitizer, on real generated kernels: each bug of the planted-bug
 //! suite is planted in a copy of the generated CUDA of `mha_d64_prefill` and must be reported
 //! with its kind and source line; the unmodified copy runs clean; a pipeline deeper than two
-//! stages that waits one group short is reported too; and the three thread schedules give
-//! bit-identical results on a Split-K kernel.
+//! stages that waits one group short is reported too; a split count the launcher derives from
+//! the extents is correct at each; and the three thread schedules give bit-identical results
+//! on a Split-K kernel.
 
 use cleave::emulate;
 use cleave::runtime::host::{checks, EmuOptions, Schedule};
 use cleave_core::codegen::cuda;
-use cleave_core::codegen::plan::plan_data;
+use cleave_core::codegen::plan::{plan_data, DeriveData};
 use cleave_core::graph::{Bindings, ValidGraph};
 use cleave_core::pipeline::{compile, Compiled, Options};
-use cleave_core::reference::{random_inputs, InputScale, Tensor};
+use cleave_core::reference::{eval, max_rel_err, random_inputs, InputScale, Tensor};
 
 fn kernel(name: &str) -> ValidGraph {
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml")).expect("kernels.yaml");
@@ -157,6 +158,42 @@ fn a_deep_pipeline_waits_for_exactly_its_own_tiles() {
         assert!(err.contains("cp.async hazard") && err.contains("cp_async_16"), "b={b}: {err}");
         run(&c, &source, &extents, Schedule::RoundRobin, 5).expect("the generated kernel runs clean under every check");
     }
+}
+
+#[test]
+fn a_dense_split_count_follows_the_extents() {
+    // gqa_decode splits its dynamic keys, and the launcher counts the parts from the extents:
+    // many for one query over a long context, few for a larger batch over a short one. One
+    // library runs both, matching the reference.
+    let c = compile(&kernel("gqa_decode"), &Options::default()).expect("compiles");
+    let launch = c.best();
+    let plan = plan_data(launch, "gqa_decode").expect("plan");
+    let derived: Vec<_> = plan.dims.iter().filter(|d| d.derive.is_some()).collect();
+    assert_eq!(derived.len(), 1, "one split count, the launcher's");
+    assert!(matches!(derived[0].derive, Some(DeriveData::SplitCount { batch: None, .. })), "{derived:?}");
+    let split = launch.dims().find(&derived[0].name).expect("the split count");
+    let source = cuda::emit_launch(launch, "gqa_decode");
+    // SAFETY: the generated source of this launch.
+    let lib = unsafe { emulate::compile_source(&source, &plan) }.expect("builds");
+    let mut parts = Vec::new();
+    for extents in [[("b", 1), ("l", 3001)], [("b", 20), ("l", 290)]] {
+        let (b, lb) = bindings(&c, &extents);
+        let k = launch.kernels[0].tile().expect("the split kernel");
+        let blocks: u64 = k
+            .grid
+            .iter()
+            .filter(|a| a.dim != split)
+            .map(|a| lb.values[a.dim.index()].div_ceil(a.tile).max(1))
+            .product();
+        parts.push(cleave_core::plan::requests::split_count(blocks, extents[1].1));
+        let inputs = random_inputs(&c.declared, &b, 7, &InputScale { default: 11.0, per_input: Vec::new() });
+        let want = eval(&c.declared, &b, &inputs).expect("reference");
+        let opts = EmuOptions { checks: checks::ALL, schedule: Schedule::RoundRobin };
+        let got = lib.run_with(launch, &lb, &inputs, 7, &opts).expect("runs clean");
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < 2e-2, "{extents:?}: max_rel_err {e}");
+    }
+    assert!(parts[0] > parts[1] && parts[1] > 1, "parts {parts:?}");
 }
 
 #[test]

@@ -117,18 +117,19 @@ pub struct DimSpec {
 /// How a launcher computes a dim's extent from the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Derive {
-    /// The split count of a split-KV over requests of different lengths: [`split_count`] of
-    /// the split kernel's `blocks` besides the split and the entries a request has on average
-    /// (`entries` over the batch). It depends only on extents the launcher is given, so no
-    /// table is read and nothing synchronizes.
+    /// The split count of a split-KV over requests of different lengths, or of a split of a
+    /// dynamic axis: [`split_count`] of the split kernel's `blocks` besides the split and the
+    /// entries a request has on average (`entries` over the batch; a dense axis is one
+    /// request). It depends only on extents the launcher is given, so no table is read and
+    /// nothing synchronizes.
     SplitCount {
         /// The split kernel's blocks besides the split.
         blocks: Product,
         /// Every request's entries together (an upper bound: the packed axis' extent, the
-        /// page table's entries times the page size).
+        /// page table's entries times the page size), or the dense axis' extent.
         entries: Product,
-        /// The batch dim.
-        batch: u16,
+        /// The batch dim (`None`: a dense axis).
+        batch: Option<u16>,
     },
 }
 
@@ -156,7 +157,7 @@ pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
         let Some(Derive::SplitCount { blocks, entries, batch }) = dim.derive else { continue };
         let b = blocks.eval(values).unwrap_or(1);
         let e = entries.eval(values).unwrap_or(0);
-        let n = values.get(usize::from(batch)).copied().unwrap_or(1).max(1);
+        let n = batch.and_then(|b| values.get(usize::from(b)).copied()).unwrap_or(1).max(1);
         if let Some(slot) = values.get_mut(i) {
             *slot = split_count(b, e / n);
         }

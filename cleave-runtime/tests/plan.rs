@@ -204,7 +204,7 @@ static SPLIT: LaunchPlan = LaunchPlan {
             derive: Some(cleave_runtime::Derive::SplitCount {
                 blocks: Product(&[Factor::Dim(0), Factor::Const(8)]),
                 entries: Product(&[Factor::Dim(1)]),
-                batch: 0,
+                batch: Some(0),
             }),
         },
     ],

@@ -169,8 +169,20 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
 
     let g = &launch.graph;
     let graph_form: Vec<String> = g.outputs.iter().map(|o| format!("{} = {}", o.decl.name, g.expr(o.node))).collect();
-    let splits: serde_json::Map<String, Value> = best.splits.iter().map(|s| (s.name.clone(), json!(s.value))).collect();
     let dims = launch.dims();
+    // A split count the launcher derives from the extents has no one value to record.
+    let splits: serde_json::Map<String, Value> = best
+        .splits
+        .iter()
+        .map(|s| {
+            let value = if cleave_core::plan::requests::is_runtime_split(dims, s.count) {
+                json!("run time")
+            } else {
+                json!(s.value)
+            };
+            (s.name.clone(), value)
+        })
+        .collect();
     let kernels: Vec<Value> = launch
         .kernels
         .iter()

@@ -942,7 +942,7 @@ extern "C" int cleave_emu_cleave_gqa_paged_decode_h32_kv8_d128_ps64_0(const clea
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(batch_size/1), i1 < ceil(kv_heads/1), i2 < ceil(head_dim/64):  # 128 threads, 16 rows, 4608 B smem
+//   parfor i0 < ceil(batch_size/1), i1 < ceil(kv_heads/1), i2 < ceil(head_dim/64):  # 128 threads, 16 rows, 8704 B smem
 //     t3 = 0.0
 //     t4 = 0.0
 //     t1_m = -inf
@@ -996,11 +996,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
   float b0[1][2];  // t3: one per row
   float b1[1][2][4];  // t4: 16 x 64
   float b2[1][2];  // t1_m: one per row
-  // t_ws0: smem 4 x 1 f32 at byte 0 (4 stages)
-  // t_ws0_max: smem 4 x 1 f32 at byte 128 (4 stages)
+  // t_ws0: smem 4 x 1 f32 at byte 0 (8 stages)
+  // t_ws0_max: smem 4 x 1 f32 at byte 128 (8 stages)
   float b5[1][2];  // t1_mn: one per row
   float b6[1][2];  // t1_c: one per row
-  // t_ws1: smem 4 x 64 f32 at byte 256 (4 stages)
+  // t_ws1: smem 4 x 64 f32 at byte 256 (8 stages)
   // t_output_stage: smem 16 x 64 bf16 at byte 0
   // t3 = ...
   #pragma unroll
@@ -1173,11 +1173,183 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
       }
     }
     cleave::cp_async_commit();
+    if (3 < n_j0) {
+      const int j0 = 3;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 128 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((0LL) * 128LL + (1LL * i1) * 4LL * 128LL + (1LL * i0) * 8LL * 4LL * 128LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 128LL + (64LL * i2));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (128LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          if (r >= 4) break;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (3) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (4 < n_j0) {
+      const int j0 = 4;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 128 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((0LL) * 128LL + (1LL * i1) * 4LL * 128LL + (1LL * i0) * 8LL * 4LL * 128LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 128LL + (64LL * i2));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (128LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          if (r >= 4) break;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (4) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (5 < n_j0) {
+      const int j0 = 5;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 128 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((0LL) * 128LL + (1LL * i1) * 4LL * 128LL + (1LL * i0) * 8LL * 4LL * 128LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 128LL + (64LL * i2));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (128LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          if (r >= 4) break;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (5) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (6 < n_j0) {
+      const int j0 = 6;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 4) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 128 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((0LL) * 128LL + (1LL * i1) * 4LL * 128LL + (1LL * i0) * 8LL * 4LL * 128LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 128LL + (64LL * i2));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (128LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          if (r >= 4) break;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 256 + (6) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
     int j0 = 0;
     const bool block_whole_ = 1 <= cleave_room(e_batch_size - (1LL * i0));
     const auto whole_ = [&](int j0) { return 1 <= cleave_room(e_s_kv_len - (1LL * j0)); };
-    for (; j0 + 3 < n_j0 && block_whole_ && whole_(j0) && whole_(j0 + 3); ++j0) {
-      const int next = j0 + 3;
+    for (; j0 + 7 < n_j0 && block_whole_ && whole_(j0) && whole_(j0 + 7); ++j0) {
+      const int next = j0 + 7;
       {
         const int j0 = next;
         // t_ws0 = Load(ws0)
@@ -1188,7 +1360,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             if (ei >= 4) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 4) && true;
-            cleave::st_shared<float>((smem + 0 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws0_max = Load(ws0_max)
@@ -1199,7 +1371,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             if (ei >= 4) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 4) && true;
-            cleave::st_shared<float>((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws1 = Load(ws1)
@@ -1214,13 +1386,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
               const int c = c0 + gi * 32;
-              cleave::cp_async_16((smem + 256 + (j0 & 3) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (128LL) + gi * 32, (int)(4 * 4));
+              cleave::cp_async_16((smem + 256 + (j0 & 7) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (128LL) + gi * 32, (int)(4 * 4));
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<3>();
+      cleave::cp_async_wait<7>();
       __syncthreads();
       // t1_mn = ...
       #pragma unroll
@@ -1231,7 +1403,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], ((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f));
+        b5[mi][h] = fmaxf(b2[mi][h], ((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f));
       }
       // t1_c = ...
       #pragma unroll
@@ -1291,7 +1463,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
       }
       // t4 = ...
       #pragma unroll
@@ -1306,14 +1478,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
     for (; j0 < n_j0; ++j0) {
-      if (j0 + 3 < n_j0) {
-        const int next = j0 + 3;
+      if (j0 + 7 < n_j0) {
+        const int next = j0 + 7;
         {
           const int j0 = next;
           // t_ws0 = Load(ws0)
@@ -1324,7 +1496,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
               if (ei >= 4) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 0 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::st_shared<float>((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -1335,7 +1507,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
               if (ei >= 4) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::st_shared<float>((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws1 = Load(ws1)
@@ -1351,14 +1523,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
               for (int gi = 0; gi < 2; ++gi) {
                 const int c = c0 + gi * 32;
                 const long long nv = ((r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-                cleave::cp_async_16((smem + 256 + (j0 & 3) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
+                cleave::cp_async_16((smem + 256 + (j0 & 7) * 1024) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (128LL) + gi * 32 : p2, (int)(nv * 4));
               }
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<3>();
+      cleave::cp_async_wait<7>();
       __syncthreads();
       // t1_mn = ...
       #pragma unroll
@@ -1369,7 +1541,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], ((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f));
+        b5[mi][h] = fmaxf(b2[mi][h], ((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f));
       }
       // t1_c = ...
       #pragma unroll
@@ -1429,7 +1601,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
       }
       // t4 = ...
       #pragma unroll
@@ -1444,7 +1616,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 3) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles

@@ -196,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     float* __restrict__ p5,
     long long e_b,
     long long e_l,
+    long long e_s_l,
     long long si0_0,
     long long si0_1,
     long long si1_0,
@@ -210,6 +211,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   // p5: partial_max (f32, written)
   (void)e_b;
   (void)e_l;
+  (void)e_s_l;
   (void)si0_0;
   (void)si0_1;
   (void)si1_0;
@@ -225,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   long long bid = blockIdx.x;
   const long long i2 = bid % cleave_ceil_div(e_b, 16LL); bid /= cleave_ceil_div(e_b, 16LL);
   const long long i1 = bid % cleave_ceil_div(32LL, 1LL); bid /= cleave_ceil_div(32LL, 1LL);
-  const long long i0 = bid % cleave_ceil_div(8LL, 1LL); bid /= cleave_ceil_div(8LL, 1LL);
+  const long long i0 = bid % cleave_ceil_div(e_s_l, 1LL); bid /= cleave_ceil_div(e_s_l, 1LL);
   (void)bid;
   float cross[1][2];
   float b0[1][2];  // t10: one per row
@@ -301,34 +303,34 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   __syncthreads();
   // for j0 in range(0, l/s_l, 64)
   {
-    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_l, 8LL), 64LL);
+    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_l, e_s_l), 64LL);
     __syncthreads();
     if (n_j0 > 0) {
       const int j0 = 0;
       // t_k = Load(k)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
         const long long step_ = 16LL * (si1_1);
         #pragma unroll
         for (int it_ = 0; it_ < 4; ++it_) {
           const int r = r0 + it_ * 16;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
           cleave::cp_async_16((smem + 2048 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
           src_w += step_;
         }
       }
       // t_v = Load(v)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
         const long long step_ = 16LL * (si2_1);
         #pragma unroll
         for (int it_ = 0; it_ < 4; ++it_) {
           const int r = r0 + it_ * 16;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
           cleave::cp_async_16((smem + 18432 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
           src_w += step_;
         }
@@ -336,14 +338,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     }
     cleave::cp_async_commit();
     int j0 = 0;
-    const auto whole_ = [&](int j0) { return 64 <= cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0)) && 64 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)); };
+    const auto whole_ = [&](int j0) { return 64 <= cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0)) && 64 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)); };
     for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
       const int next = j0 + 1;
       {
         const int j0 = next;
         // t_k = Load(k)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
           const long long step_ = 16LL * (si1_1);
@@ -356,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         }
         // t_v = Load(v)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
           const long long step_ = 16LL * (si2_1);
@@ -576,28 +578,28 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
           const int j0 = next;
           // t_k = Load(k)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
             const long long step_ = 16LL * (si1_1);
             #pragma unroll
             for (int it_ = 0; it_ < 4; ++it_) {
               const int r = r0 + it_ * 16;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
               cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
               src_w += step_;
             }
           }
           // t_v = Load(v)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
             const long long step_ = 16LL * (si2_1);
             #pragma unroll
             for (int it_ = 0; it_ < 4; ++it_) {
               const int r = r0 + it_ * 16;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
               cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
               src_w += step_;
             }
@@ -655,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -767,7 +769,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          if ((col < cleave_room(cleave_ceil_div(e_l, 8LL) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, 8LL) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if ((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
@@ -869,7 +871,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true) cleave::st_global(p3, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b0[mi][h]));
+    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && (0 < cleave_room(e_s_l - (1LL * i0))) && true) cleave::st_global(p3, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b0[mi][h]));
   }
   // Store(ws1) through t_ws1_stage (16-byte rows)
   __syncthreads();  // the staging space may hold tiles other warps still read
@@ -893,7 +895,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   for (int it_ = 0; it_ < 2; ++it_) {
     const int ci = threadIdx.x + it_ * 128;
     const int r = ci / 16, c = (ci % 16) * 4;
-    if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true)) continue;
+    if (!((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i2))) && (0 < cleave_room(e_s_l - (1LL * i0))) && true)) continue;
     float* dst = p4 + (((16LL * i2) * 64LL + (1LL * i1) * e_b * 64LL + (1LL * i0) * 32LL * e_b * 64LL + (0LL)) + (((r / 1) % 16) * 64LL + 0 * e_b * 64LL + 0 * 32LL * e_b * 64LL + (long long)c));
     const unsigned char* src = (smem + 0) + cleave_off<256, 4, 1>(r, c);
     if ((reinterpret_cast<unsigned long long>(dst) & 15ull) == 0) {
@@ -911,18 +913,18 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     (void)row;
     const int ni = 0, e = 0, col = 0;
     (void)ni; (void)e;
-    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && true) cleave::st_global(p5, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b2[mi][h]));
+    if (t == 0 && wn == 0 && (row < 16) && (((row / 1) % 16) < cleave_room(e_b - (16LL * i2))) && (0 < cleave_room(e_s_l - (1LL * i0))) && true) cleave::st_global(p5, ((16LL * i2) * 1LL + (1LL * i1) * e_b * 1LL + (1LL * i0) * 32LL * e_b * 1LL + (0LL)) + (((row / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)col), cleave::from_float<float>(b2[mi][h]));
   }
 }
 
 #ifdef CLEAVE_EMULATE
 extern "C" int cleave_emu_cleave_mha_d64_decode_0(const cleave_emu_launch* L, void* const* args) {
-  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(const cleave::half* const*)args[2], *(float* const*)args[3], *(float* const*)args[4], *(float* const*)args[5], *(const long long*)args[6], *(const long long*)args[7], *(const long long*)args[8], *(const long long*)args[9], *(const long long*)args[10], *(const long long*)args[11], *(const long long*)args[12], *(const long long*)args[13]); });
+  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_0(*(const cleave::half* const*)args[0], *(const cleave::half* const*)args[1], *(const cleave::half* const*)args[2], *(float* const*)args[3], *(float* const*)args[4], *(float* const*)args[5], *(const long long*)args[6], *(const long long*)args[7], *(const long long*)args[8], *(const long long*)args[9], *(const long long*)args[10], *(const long long*)args[11], *(const long long*)args[12], *(const long long*)args[13], *(const long long*)args[14]); });
 }
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(h/1), i1 < ceil(b/16):  # 128 threads, 16 rows, 17152 B smem
+//   parfor i0 < ceil(h/1), i1 < ceil(b/16):  # 128 threads, 16 rows, 34048 B smem
 //     t2 = 0.0
 //     t3 = 0.0
 //     t0_m = -inf
@@ -935,8 +937,8 @@ extern "C" int cleave_emu_cleave_mha_d64_decode_0(const cleave_emu_launch* L, vo
 //       t3 = t3 * t0_c
 //       t0_m = t0_mn
 //       t_ws1 = Load(ws1[j0, i0, i1*16:+16, 0:+64])
-//       t2 = t2 + (t_ws0 * exp(t_ws0_max - t0_m))
-//       t3 = t3 + (t_ws1 * exp(t_ws0_max - t0_m))
+//       t2 = t2 + mask_slice(t_ws0 * exp(t_ws0_max - t0_m), 0.0)
+//       t3 = t3 + mask_slice(t_ws1 * exp(t_ws0_max - t0_m), 0.0)
 //     Store(t3 / t2, o[i0, i1*16:+16, 0:+64])
 
 extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
@@ -945,6 +947,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     const float* __restrict__ p2,
     cleave::half* __restrict__ p3,
     long long e_b,
+    long long e_s_l,
     long long so0_0,
     long long so0_1) {
   // p0: ws0 (f32)
@@ -952,6 +955,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   // p2: ws1 (f32)
   // p3: o (f16, written)
   (void)e_b;
+  (void)e_s_l;
   (void)so0_0;
   (void)so0_1;
   unsigned char* smem = cleave::dynamic_smem();
@@ -968,11 +972,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   float b0[1][2];  // t2: one per row
   float b1[1][2][4];  // t3: 16 x 64
   float b2[1][2];  // t0_m: one per row
-  // t_ws0: smem 16 x 1 f32 at byte 0 (4 stages)
-  // t_ws0_max: smem 16 x 1 f32 at byte 256 (4 stages)
+  // t_ws0: smem 16 x 1 f32 at byte 0 (8 stages)
+  // t_ws0_max: smem 16 x 1 f32 at byte 512 (8 stages)
   float b5[1][2];  // t0_mn: one per row
   float b6[1][2];  // t0_c: one per row
-  // t_ws1: smem 16 x 64 f32 at byte 512 (4 stages)
+  // t_ws1: smem 16 x 64 f32 at byte 1024 (8 stages)
   // t_o_stage: smem 16 x 64 f16 at byte 0
   // t2 = ...
   #pragma unroll
@@ -1014,7 +1018,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
   }
   // for j0 in range(0, s_l, 1)
   {
-    const int n_j0 = (int)cleave_ceil_div(8LL, 1LL);
+    const int n_j0 = (int)cleave_ceil_div(e_s_l, 1LL);
     __syncthreads();
     if (n_j0 > 0) {
       const int j0 = 0;
@@ -1025,7 +1029,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
           cleave::st_shared<float>((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
@@ -1036,8 +1040,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-          cleave::st_shared<float>((smem + 256 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
@@ -1051,8 +1055,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           #pragma unroll
           for (int gi = 0; gi < 2; ++gi) {
             const int c = c0 + gi * 32;
-            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-            cleave::cp_async_16((smem + 512 + (0) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (0) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
           }
         }
       }
@@ -1067,7 +1071,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
           cleave::st_shared<float>((smem + 0 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
@@ -1078,8 +1082,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-          cleave::st_shared<float>((smem + 256 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
@@ -1093,8 +1097,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           #pragma unroll
           for (int gi = 0; gi < 2; ++gi) {
             const int c = c0 + gi * 32;
-            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-            cleave::cp_async_16((smem + 512 + (1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (1) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
           }
         }
       }
@@ -1109,7 +1113,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
           cleave::st_shared<float>((smem + 0 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
@@ -1120,8 +1124,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           const int ei = threadIdx.x + it_ * 128;
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
-          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-          cleave::st_shared<float>((smem + 256 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
         }
       }
       // t_ws1 = Load(ws1)
@@ -1135,8 +1139,176 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           #pragma unroll
           for (int gi = 0; gi < 2; ++gi) {
             const int c = c0 + gi * 32;
-            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-            cleave::cp_async_16((smem + 512 + (2) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (2) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (3 < n_j0) {
+      const int j0 = 3;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (3) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (4 < n_j0) {
+      const int j0 = 4;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (4) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (5 < n_j0) {
+      const int j0 = 5;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (5) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+          }
+        }
+      }
+    }
+    cleave::cp_async_commit();
+    if (6 < n_j0) {
+      const int j0 = 6;
+      // t_ws0 = Load(ws0)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 0 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws0_max = Load(ws0_max)
+      {
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int ei = threadIdx.x + it_ * 128;
+          if (ei >= 16) break;
+          const int r = ei / 1, c = ei % 1;
+          const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+          cleave::st_shared<float>((smem + 512 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+        }
+      }
+      // t_ws1 = Load(ws1)
+      {
+        const long long tb = ((16LL * i1) * 64LL + (1LL * i0) * e_b * 64LL + (1LL * j0) * 32LL * e_b * 64LL + (0LL));
+        const int r0 = threadIdx.x / 8, c0 = (threadIdx.x % 8) * 4;
+        const auto* src_t = p2 + (tb + (long long)r0 * (64LL) + (long long)c0);
+        #pragma unroll
+        for (int it_ = 0; it_ < 1; ++it_) {
+          const int r = r0 + it_ * 16;
+          #pragma unroll
+          for (int gi = 0; gi < 2; ++gi) {
+            const int c = c0 + gi * 32;
+            const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+            cleave::cp_async_16((smem + 1024 + (6) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
           }
         }
       }
@@ -1144,8 +1316,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
     cleave::cp_async_commit();
     int j0 = 0;
     const bool block_whole_ = 16 <= cleave_room(e_b - (16LL * i1));
-    for (; j0 + 3 < n_j0 && block_whole_; ++j0) {
-      const int next = j0 + 3;
+    const auto whole_ = [&](int j0) { return 1 <= cleave_room(e_s_l - (1LL * j0)); };
+    for (; j0 + 7 < n_j0 && block_whole_ && whole_(j0) && whole_(j0 + 7); ++j0) {
+      const int next = j0 + 7;
       {
         const int j0 = next;
         // t_ws0 = Load(ws0)
@@ -1156,7 +1329,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws0_max = Load(ws0_max)
@@ -1167,7 +1340,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::st_shared<float>((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
           }
         }
         // t_ws1 = Load(ws1)
@@ -1181,13 +1354,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             #pragma unroll
             for (int gi = 0; gi < 2; ++gi) {
               const int c = c0 + gi * 32;
-              cleave::cp_async_16((smem + 512 + (j0 & 3) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (64LL) + gi * 32, (int)(4 * 4));
+              cleave::cp_async_16((smem + 1024 + (j0 & 7) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), src_t + (long long)(it_ * 16) * (64LL) + gi * 32, (int)(4 * 4));
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<3>();
+      cleave::cp_async_wait<7>();
       __syncthreads();
       // t0_mn = ...
       #pragma unroll
@@ -1198,7 +1371,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))));
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))));
       }
       // t0_c = ...
       #pragma unroll
@@ -1258,7 +1431,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+        b0[mi][h] = (b0[mi][h] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
       }
       // t3 = ...
       #pragma unroll
@@ -1273,14 +1446,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 3) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
     for (; j0 < n_j0; ++j0) {
-      if (j0 + 3 < n_j0) {
-        const int next = j0 + 3;
+      if (j0 + 7 < n_j0) {
+        const int next = j0 + 7;
         {
           const int j0 = next;
           // t_ws0 = Load(ws0)
@@ -1290,8 +1463,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               const int ei = threadIdx.x + it_ * 128;
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
-              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-              cleave::st_shared<float>((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+              cleave::st_shared<float>((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -1301,8 +1474,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               const int ei = threadIdx.x + it_ * 128;
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
-              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && true;
-              cleave::st_shared<float>((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
+              cleave::st_shared<float>((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
             }
           }
           // t_ws1 = Load(ws1)
@@ -1316,15 +1489,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               #pragma unroll
               for (int gi = 0; gi < 2; ++gi) {
                 const int c = c0 + gi * 32;
-                const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
-                cleave::cp_async_16((smem + 512 + (j0 & 3) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
+                const long long nv = ((r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0)))) ? cleave_max_ll(0LL, 4LL) : 0LL;
+                cleave::cp_async_16((smem + 1024 + (j0 & 7) * 4096) + cleave_off_moved<256, 4, 1>(r0, c0, it_ * 16, gi * 32), nv > 0 ? src_t + (long long)(it_ * 16) * (64LL) + gi * 32 : p2, (int)(nv * 4));
               }
             }
           }
         }
       }
       cleave::cp_async_commit();
-      cleave::cp_async_wait<3>();
+      cleave::cp_async_wait<7>();
       __syncthreads();
       // t0_mn = ...
       #pragma unroll
@@ -1335,7 +1508,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))));
+        b5[mi][h] = fmaxf(b2[mi][h], cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))));
       }
       // t0_c = ...
       #pragma unroll
@@ -1395,7 +1568,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
       }
       // t3 = ...
       #pragma unroll
@@ -1410,7 +1583,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 3) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 3) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
@@ -1451,6 +1624,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
 
 #ifdef CLEAVE_EMULATE
 extern "C" int cleave_emu_cleave_mha_d64_decode_1(const cleave_emu_launch* L, void* const* args) {
-  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_1(*(const float* const*)args[0], *(const float* const*)args[1], *(const float* const*)args[2], *(cleave::half* const*)args[3], *(const long long*)args[4], *(const long long*)args[5], *(const long long*)args[6]); });
+  return cleave::emu::launch(L, [&] { cleave_mha_d64_decode_1(*(const float* const*)args[0], *(const float* const*)args[1], *(const float* const*)args[2], *(cleave::half* const*)args[3], *(const long long*)args[4], *(const long long*)args[5], *(const long long*)args[6], *(const long long*)args[7]); });
 }
 #endif

@@ -76,15 +76,15 @@ pub struct DimData {
 /// How a launcher computes a dim (mirrors the runtime's `Derive`).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum DeriveData {
-    /// The split count of a per-request dim: [`crate::plan::requests::split_count`] of the
-    /// split kernel's other blocks and the entries a request has on average.
+    /// The split count of a per-request or dynamic dim: [`crate::plan::requests::split_count`]
+    /// of the split kernel's other blocks and the entries a request has on average.
     SplitCount {
         /// The split kernel's blocks besides the split.
         blocks: Vec<FactorData>,
-        /// Every request's entries together (an upper bound).
+        /// Every request's entries together (an upper bound), or a dense axis' extent.
         entries: Vec<FactorData>,
-        /// The batch dim.
-        batch: u16,
+        /// The batch dim (`None`: a dense axis, one request).
+        batch: Option<u16>,
     },
 }
 
@@ -349,7 +349,7 @@ pub fn plan_data(launch: &Launch, kernel: &str) -> Result<PlanData, PlanDataErro
     Ok(PlanData { kernel: kernel.to_string(), dims: dims_out, inputs, outputs, workspaces, launches, tables })
 }
 
-/// How the launcher computes the run-time split count `v` of a per-request dim.
+/// How the launcher computes the run-time split count `v` of a per-request or dynamic dim.
 fn split_rule(
     launch: &Launch,
     v: DimVar,
@@ -357,7 +357,6 @@ fn split_rule(
 ) -> Result<DeriveData, PlanDataError> {
     let dims = launch.dims();
     let DimKind::SplitCount { of } = dims.get(v).kind else { unreachable!("a split count") };
-    let pr = dims.get(of).per_request.as_ref().expect("a split count of a per-request dim");
     let factor = |d: DimVar| -> Result<FactorData, PlanDataError> {
         if dims.get(d).dynamic {
             Ok(FactorData::Dim(index(d)?))
@@ -375,12 +374,16 @@ fn split_rule(
             });
         }
     }
+    // A dense axis is one request of its whole extent.
+    let Some(pr) = dims.get(of).per_request.as_ref() else {
+        return Ok(DeriveData::SplitCount { blocks, entries: vec![factor(of)?], batch: None });
+    };
     let entries = match &pr.kind {
         PerRequestKind::Ragged { total: Some(t), .. } => vec![factor(*t)?],
         PerRequestKind::Ragged { total: None, .. } => vec![FactorData::Const(dims.get(of).value), factor(pr.batch)?],
         PerRequestKind::Paged { indices, page_size, .. } => vec![factor(indices.len)?, FactorData::Const(*page_size)],
     };
-    Ok(DeriveData::SplitCount { blocks, entries, batch: index(pr.batch)? })
+    Ok(DeriveData::SplitCount { blocks, entries, batch: Some(index(pr.batch)?) })
 }
 
 impl PlanData {
@@ -437,9 +440,13 @@ impl PlanData {
                 let derive = match &d.derive {
                     None => "::core::option::Option::None".to_string(),
                     Some(DeriveData::SplitCount { blocks, entries, batch }) => format!(
-                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {batch} }})",
+                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {} }})",
                         factors(blocks),
-                        factors(entries)
+                        factors(entries),
+                        match batch {
+                            Some(b) => format!("::core::option::Option::Some({b})"),
+                            None => "::core::option::Option::None".to_string(),
+                        }
                     ),
                 };
                 format!(

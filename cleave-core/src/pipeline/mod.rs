@@ -105,7 +105,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
             let fixed: Vec<(DimVar, u64)> = c
                 .splits
                 .iter()
-                .filter(|s| c.graph.dims.get(s.of).per_request.is_none())
+                .filter(|s| !crate::plan::requests::is_runtime_split(&c.graph.dims, s.count))
                 .map(|s| (s.count, s.value))
                 .collect();
             if seen.contains(&fixed) {

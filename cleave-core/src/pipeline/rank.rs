@@ -136,14 +136,20 @@ impl Best {
 }
 
 /// Schedules, plans and costs one kernel under every configuration; returns the best `keep`.
+/// `earlier` are the launch's kernels before this one: where a split count is the launcher's,
+/// each configuration is costed with the count the launcher would choose for the split kernel
+/// (this one, or an earlier one) at the declared extents, not at the count that stood for the
+/// rule in the search.
 fn plan_kernel(
     kg: &KernelGraph,
     io: &KernelIo,
     targets: &Targets,
     keep: usize,
+    earlier: &[(&TileKernel, u64)],
     stats: &mut ScheduleStats,
 ) -> Vec<Scheduled> {
     let g = &kg.graph;
+    let runtime = requests::has_runtime_splits(&g.dims);
     let configs = configs(g);
     stats.tried += configs.len();
     let best = configs
@@ -156,7 +162,14 @@ fn plan_kernel(
             if bytes > limit {
                 return Err(Rejection::Plan(PlanError::OverSharedMemory { bytes, limit }));
             }
-            let cost = kernel_cost_on(&planned.kernel, &g.dims, planned.registers, targets);
+            let cost = if runtime {
+                let mut kernels = earlier.to_vec();
+                kernels.push((&planned.kernel, planned.registers));
+                let declared = at_workload(&g.dims, g.dims.clone(), &kernels);
+                kernel_cost_on(&planned.kernel, &declared, planned.registers, targets)
+            } else {
+                kernel_cost_on(&planned.kernel, &g.dims, planned.registers, targets)
+            };
             Ok(Scheduled { config, itgraph, planned, cost })
         })
         .fold(|| Best::new(keep), Best::add)
@@ -175,7 +188,7 @@ pub fn candidates(
 ) -> Result<(Vec<Candidate>, ScheduleStats), PartitionError> {
     let part = partition(graph)?;
     let mut stats = ScheduleStats::default();
-    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), targets, top_k, &mut stats);
+    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), targets, top_k, &[], &mut stats);
     let mut out = Vec::new();
     'firsts: for first in firsts {
         let mut chosen = vec![first];
@@ -183,12 +196,14 @@ pub fn candidates(
         for k in 1..part.kernels.len() {
             let earlier: Vec<&Planned> = chosen.iter().map(|s| &s.planned).collect();
             let io = kernel_io(&part, k, &earlier);
-            match plan_kernel(&part.kernels[k], &io, targets, 1, &mut stats).into_iter().next() {
+            let before: Vec<(&TileKernel, u64)> =
+                chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
+            match plan_kernel(&part.kernels[k], &io, targets, 1, &before, &mut stats).into_iter().next() {
                 Some(s) => chosen.push(s),
                 None => continue 'firsts,
             }
         }
-        let (seconds, costs) = if graph.dims.has_per_request() {
+        let (seconds, costs) = if requests::has_runtime_splits(&graph.dims) || graph.dims.has_per_request() {
             let kernels: Vec<(&TileKernel, u64)> =
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
             // The kernels' own figures are those of the declared extents, with the split

@@ -7,6 +7,11 @@
 //! packed axis' extent, or the page table's entries times the page size, over the batch). And a
 //! schedule is ranked by its estimated time over a few [`workloads`], not at one shape.
 //!
+//! A split of a dynamic dense axis (the keys of a decode over a dense cache, a dynamic depth)
+//! is chosen the same way, with the axis' extent as the one request's length: a fixed count
+//! would be sized for the declared extents only, too few parts for one sequence and too many
+//! for a large batch.
+//!
 //! The runtime applies the same rule (`cleave_runtime::plan::split_count`); a test of the
 //! facade checks that the two agree.
 
@@ -29,15 +34,10 @@ pub fn split_count(blocks: u64, per_request: u64) -> u64 {
     by_blocks.min(by_length).clamp(1, SPLIT_MAX)
 }
 
-/// The split counts of per-request dims that a launch chooses at run time: marked dynamic (the
-/// kernels take them as extents), their value the representative one.
+/// The split counts that a launch chooses at run time (of per-request and of dynamic axes):
+/// marked dynamic (the kernels take them as extents), their value the representative one.
 pub fn runtime_splits(g: ValidGraph) -> ValidGraph {
-    let counts: Vec<DimVar> = g
-        .dims
-        .iter()
-        .filter(|(_, d)| matches!(d.kind, DimKind::SplitCount { of } if g.dims.get(of).per_request.is_some()))
-        .map(|(v, _)| v)
-        .collect();
+    let counts: Vec<DimVar> = g.dims.iter().map(|(v, _)| v).filter(|v| is_runtime_split(&g.dims, *v)).collect();
     if counts.is_empty() {
         return g;
     }
@@ -48,9 +48,15 @@ pub fn runtime_splits(g: ValidGraph) -> ValidGraph {
     crate::graph::validate(graph).expect("only a dim's flag changed")
 }
 
-/// Whether `v` is a split count a launch chooses at run time.
+/// Whether `v` is a split count a launch chooses at run time: the split of a per-request dim
+/// or of a dynamic one. (A static axis splits into one of its divisors, fixed at compile time.)
 pub fn is_runtime_split(dims: &DimTable, v: DimVar) -> bool {
-    matches!(dims.get(v).kind, DimKind::SplitCount { of } if dims.get(of).per_request.is_some())
+    matches!(dims.get(v).kind, DimKind::SplitCount { of } if dims.get(of).per_request.is_some() || dims.get(of).dynamic)
+}
+
+/// Whether some split count of `dims` is chosen at run time.
+pub fn has_runtime_splits(dims: &DimTable) -> bool {
+    dims.iter().any(|(v, _)| is_runtime_split(dims, v))
 }
 
 /// The entries a request of per-request dim `v` has on average, as a launcher computes it

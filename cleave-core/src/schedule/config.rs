@@ -29,7 +29,7 @@ const RED_TILES: [u64; 3] = [32, 64, 128];
 /// Pipeline depths for a kernel that loops: double buffering, and deeper pipelines for loops
 /// whose tiles are small (a decode block's slice of K/V, a combine's one partial per step), so
 /// that enough bytes are in flight to cover the DRAM latency. The cost model chooses.
-const STAGES: [u32; 3] = [2, 3, 4];
+const STAGES: [u32; 4] = [2, 3, 4, 8];
 
 fn round16(x: u64) -> u64 {
     x.div_ceil(16) * 16

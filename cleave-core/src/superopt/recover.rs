@@ -81,10 +81,11 @@ pub struct SplitValue {
 }
 
 impl SplitValue {
-    /// `s_l=4`; for a split of a dim whose extent differs between requests, `s_l=run time`:
-    /// the launcher counts the parts from its extents, and `value` only ranked the schedule.
+    /// `s_l=4`; for a split of a dim whose extent differs between requests or between launches
+    /// (a dynamic axis), `s_l=run time`: the launcher counts the parts from its extents, and
+    /// `value` only stood for them in the search.
     pub fn label(&self, dims: &crate::graph::DimTable) -> String {
-        if dims.get(self.of).per_request.is_some() {
+        if dims.get(self.of).per_request.is_some() || self.predicated {
             format!("{}=run time", self.name)
         } else {
             format!("{}={}", self.name, self.value)
