@@ -1847,7 +1847,7 @@ impl Gen<'_> {
         let saved_deferred = self.deferred.len();
         self.deferred.extend(deferred.iter().copied());
         // The tiles in flight ahead of the one in use: every stage but that one.
-        let ahead = loads.iter().map(|(d, _, _)| self.k.buf(*d).stages).max().unwrap_or(2).max(2) - 1;
+        let ahead = self.k.loop_stages(body) - 1;
         if !loads.is_empty() {
             // A loop with no iterations (a request's empty chunk, a causal block with nothing
             // to see) loads nothing: the loop's waits would not run, and the copies would still

@@ -337,14 +337,7 @@ impl Py<'_> {
                 let has_loads = body.iter().any(|s| matches!(s, Stmt::Load { .. }));
                 let range = format!("T.ceildiv({}, {tile})", self.dim(*dim));
                 if has_loads {
-                    let stages = body
-                        .iter()
-                        .filter_map(|s| match s {
-                            Stmt::Load { dst, .. } => Some(self.k.buf(*dst).stages),
-                            _ => None,
-                        })
-                        .max()
-                        .unwrap_or(2);
+                    let stages = self.k.loop_stages(body);
                     self.line(&format!("for {n} in T.Pipelined({range}, num_stages={stages}):"));
                 } else {
                     self.line(&format!("for {n} in T.serial({range}):"));

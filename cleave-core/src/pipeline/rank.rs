@@ -208,7 +208,7 @@ pub fn candidates(
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
             // The kernels' own figures are those of the declared extents, with the split
             // counts the launcher would choose for them: what `cleave schedule` reports.
-            let declared = at_workload(&graph.dims, requests::workloads(&graph.dims)[0].clone(), &kernels);
+            let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels);
             let costs = kernels.iter().map(|(k, regs)| kernel_cost_on(k, &declared, *regs, targets)).collect();
             (workload_seconds(&graph.dims, &kernels, targets), costs)
         } else {

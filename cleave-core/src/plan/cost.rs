@@ -279,16 +279,7 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
             Stmt::Loop { dim, tile, body, .. } => {
                 let n = times * trips(dims, *dim, *tile);
                 t.iterations += n;
-                let stages = body
-                    .iter()
-                    .filter_map(|s| match s {
-                        Stmt::Load { dst, .. } => Some(k.buf(*dst).stages),
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(2)
-                    .max(2);
-                t.turns += n as f64 / f64::from(stages);
+                t.turns += n as f64 / f64::from(k.loop_stages(body));
                 walk(k, body, n, dims, t);
             }
         }

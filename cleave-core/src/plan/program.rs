@@ -558,6 +558,19 @@ impl TileKernel {
     pub fn buf(&self, b: BufId) -> &Buf {
         &self.bufs[b.0 as usize]
     }
+
+    /// The pipeline depth of a loop with this body: the stages of the tiles it loads (all
+    /// alike), 2 for a loop that loads nothing.
+    pub fn loop_stages(&self, body: &[Stmt]) -> u32 {
+        body.iter()
+            .filter_map(|s| match s {
+                Stmt::Load { dst, .. } => Some(self.buf(*dst).stages),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(2)
+            .max(2)
+    }
 }
 
 /// Renders a kernel in the style of the paper's Listing 1.
