@@ -66,7 +66,8 @@ fn ours(nvcc: &Nvcc, tool: &Path, dir: &Path, filters: &[String]) -> Vec<Row> {
     let mut launches = Vec::new();
     let wanted = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
     for (_, g) in module.kernels.iter().filter(|(_, g)| wanted(&g.name)) {
-        let c = compile(g, &Options::default()).expect("compiles");
+        // The plan a default build runs on an H200: the sm_90 one.
+        let c = compile(g, &Options { archs: vec![cleave_core::arch::SM90], ..Options::default() }).expect("compiles");
         let launch = c.best();
         let path = dir.join(format!("{}.cu", g.name));
         // Sources emitted earlier (`cleave emit --target cuda --out DIR/NAME`) measure another

@@ -20,7 +20,7 @@ pub use candle_core::{Result, Tensor};
 
 use crate::runtime::cuda::Fatbin;
 use crate::runtime::host::{self, EmuFn};
-use crate::runtime::plan::{self, DType, LaunchPlan, TensorSpec};
+use crate::runtime::plan::{self, DType, LaunchPlan, TensorSpec, Variant};
 use crate::runtime::{bf16, f16};
 use crate::Error;
 
@@ -88,15 +88,19 @@ fn from<'a, T>(spec: &TensorSpec, data: &'a [T], start: usize) -> std::result::R
 ///
 /// # Safety
 ///
-/// `host[i]` must implement `plan.launches[i]` and `fatbin` must hold the plan's kernels, as
-/// for `host::Args::run` and `cuda::Args::launch`. Generated modules pass their own `PLAN`,
-/// `HOST` and `FATBIN`, built from one generated source.
+/// `host[i]` must implement `plans[0].plan.launches[i]` and `fatbin` must hold every plan's
+/// kernels, as for `host::Args::run` and `cuda::Args::launch`. Generated modules pass their own
+/// `PLANS`, `HOST` and `FATBIN`, built from one generated source.
 pub unsafe fn forward<const N: usize>(
-    plan: &'static LaunchPlan,
+    plans: &'static [Variant],
     host: &[EmuFn],
     fatbin: Option<&Fatbin>,
     inputs: &[&Tensor],
 ) -> Result<[Tensor; N]> {
+    // Every plan takes the same arguments; the host runs the first, a GPU the one it picks.
+    let Some(plan) = plans.first().map(|v| v.plan) else {
+        return Err(wrap(Error::InvalidPlan { kernel: "?", reason: "a kernel module lists no plans".into() }));
+    };
     let kernel = plan.kernel;
     if N != plan.outputs.len() {
         let message = format!("{N} outputs were asked for, but the kernel declares {}", plan.outputs.len());
@@ -133,7 +137,7 @@ pub unsafe fn forward<const N: usize>(
         Device::Cpu => unsafe { forward_cpu(plan, host, &dynamic, inputs, &out_shapes)? },
         #[cfg(feature = "candle-cuda")]
         // SAFETY: passed on from the caller.
-        Device::Cuda(dev) => unsafe { cuda::forward(plan, fatbin, dev, &dynamic, inputs, &out_shapes)? },
+        Device::Cuda(dev) => unsafe { cuda::forward(plans, fatbin, dev, &dynamic, inputs, &out_shapes)? },
         other => {
             let _ = fatbin;
             let message = format!(
@@ -238,7 +242,7 @@ mod cuda {
 
     use super::{view_of, wrap, Result};
     use crate::runtime::cuda::{Args, Fatbin};
-    use crate::runtime::plan::{DType, LaunchPlan, TensorSpec};
+    use crate::runtime::plan::{DType, TensorSpec, Variant};
     use crate::runtime::{bf16, f16};
     use crate::Error;
 
@@ -253,7 +257,7 @@ mod cuda {
     ///
     /// As for [`super::forward`].
     pub(super) unsafe fn forward(
-        plan: &'static LaunchPlan,
+        plans: &'static [Variant],
         fatbin: Option<&Fatbin>,
         dev: &CudaDevice,
         dynamic: &[usize],
@@ -261,6 +265,7 @@ mod cuda {
         out_shapes: &[Vec<usize>],
     ) -> Result<Vec<Tensor>> {
         let stream = dev.cuda_stream();
+        let plan = crate::runtime::cuda::select(stream.context(), plans).map_err(wrap)?;
         let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
         let mut views = Vec::with_capacity(inputs.len());
         for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
@@ -366,9 +371,9 @@ macro_rules! __candle_forward {
         pub fn $name($($input: &$crate::candle::Tensor),*)
             -> $crate::candle::Result<($($crate::__candle_forward!(@tensor $output)),+)>
         {
-            // SAFETY: PLAN, HOST and FATBIN of the generated module were built from one
+            // SAFETY: PLANS, HOST and FATBIN of the generated module were built from one
             // generated source.
-            let [$($output),+] = unsafe { $crate::candle::forward(&PLAN, &HOST, FATBIN.as_ref(), &[$($input),*]) }?;
+            let [$($output),+] = unsafe { $crate::candle::forward(&PLANS, &HOST, FATBIN.as_ref(), &[$($input),*]) }?;
             ::core::result::Result::Ok(($($output),+))
         }
     };

@@ -18,7 +18,7 @@ use std::time::Duration;
 use cleave::emulate;
 use cleave::runtime::host::EmuOptions;
 use cleave_core::codegen::plan::plan_data;
-use cleave_core::codegen::rust::{module_text, ModuleSpec};
+use cleave_core::codegen::rust::{module_text, ModuleSpec, TargetPlan};
 use cleave_core::codegen::{cuda, tilelang};
 use cleave_core::front::check_source;
 use cleave_core::graph::Bindings;
@@ -203,7 +203,8 @@ fn run_one(text: &str, seed: u64, opts: &Options, emulate_it: bool) -> Result<Ou
         let _ = tilelang::emit_launch(launch, &decl.name);
         let plan = plan_data(launch, &decl.name).map_err(|e| format!("plan data: {e}"))?;
         let host: Vec<String> = launch.kernels.iter().map(|k| format!("cleave_emu_{}", k.symbol())).collect();
-        let spec = ModuleSpec { decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_80, sm_90".into(), min_cc: 80, plan: plan.clone() }];
+        let spec = ModuleSpec { decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
         let rust = module_text(&spec).map_err(|e| format!("rust module: {e}"))?;
         syn::parse_file(&rust).map_err(|e| format!("the launcher module does not parse: {e}"))?;
         assert!(launch.kernels.iter().all(|k| k.symbol().starts_with(&symbol_prefix(&decl.name))));

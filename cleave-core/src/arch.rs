@@ -35,6 +35,9 @@ pub struct Arch {
     /// bandwidth unused, as it does on the hardware (a few SMs cannot keep enough requests in
     /// flight to saturate the memory system).
     pub sm_dram_bandwidth: f64,
+    /// L2 cache bytes: a tile many blocks read (a decode's activations, a prefill's keys) comes
+    /// from DRAM once while the tensor fits in it, and from L2 for every other block.
+    pub l2_bytes: u64,
 }
 
 /// A100-SXM4 (sm_80): 164 KiB of opt-in shared memory per SM, 163 KiB per block.
@@ -54,6 +57,7 @@ pub const SM80: Arch = Arch {
     dram_latency: 6e-7,
     // 1.3 × 2.0 TB/s ÷ 108.
     sm_dram_bandwidth: 24e9,
+    l2_bytes: 40 << 20,
 };
 
 /// H200 (sm_90) running the sm_80 instruction set (mma.sync, cp.async): 227 KiB per block.
@@ -74,6 +78,7 @@ pub const SM90: Arch = Arch {
     dram_latency: 6e-7,
     // 1.3 × 4.8 TB/s ÷ 132.
     sm_dram_bandwidth: 47e9,
+    l2_bytes: 50 << 20,
 };
 
 /// What one plan is made for: the limits its kernels must fit on every GPU of the set, and
@@ -111,6 +116,7 @@ pub fn common(archs: &[Arch]) -> Arch {
         a.clock_hz = a.clock_hz.min(b.clock_hz);
         a.dram_latency = a.dram_latency.max(b.dram_latency);
         a.sm_dram_bandwidth = a.sm_dram_bandwidth.min(b.sm_dram_bandwidth);
+        a.l2_bytes = a.l2_bytes.min(b.l2_bytes);
     }
     a
 }

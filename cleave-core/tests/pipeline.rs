@@ -6,9 +6,10 @@ mod common;
 
 use cleave_core::arch::{SM80, SM90};
 use cleave_core::graph::{Bindings, ReduceOp};
-use cleave_core::pipeline::{compile, Compiled, Options};
+use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
 use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
+use cleave_core::toolchain::ArchSet;
 
 fn compiled(name: &str) -> Compiled {
     compile(&common::shipped(name), &Options::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -99,25 +100,42 @@ fn decode_blocks_keep_four_warps_busy() {
     let decode: Vec<String> =
         module.kernels.iter().map(|(d, _)| d.name.clone()).filter(|n| n.contains("_decode")).collect();
     assert_eq!(decode.len(), 14);
-    // And at least one wave on an H200's 132 SMs at the declared extents (with the split
-    // counts the launcher derives there), but for three: MQA decode (its 32 heads packed 8 to
-    // a block leave 4 blocks per split, and 4,096 keys allow 32 splits of 128), RMSNorm+MatMul
-    // decode (96 column blocks; the model prefers them to a split of the norm's row), and
-    // matmul_rowsum decode (a 0.5 MB kernel).
+    // And, in the plan a default build makes for the H200, at least one wave on its 132 SMs at
+    // the declared extents (with the split counts the launcher derives there), but for five:
+    // MQA decode (its 32 heads packed 8 to a block leave 4 blocks per split, and 4,096 keys
+    // allow 32 splits of 128), RMSNorm+MatMul decode (96 column blocks; the model prefers them
+    // to a split of the norm's row), matmul_rowsum decode (a 0.5 MB kernel), and matmul and
+    // SwiGLU decode (128 and 112 column blocks, which in the model already saturate DRAM).
+    let h200 = |name: &str| {
+        let opts = Options { archs: vec![SM90], ..Options::default() };
+        compile(&common::shipped(name), &opts).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
     let mut short = Vec::new();
+    let targets = ArchSet::default().plan_targets();
     for name in &decode {
-        let c = compiled(name);
-        let k = c.best().kernels[0].tile().unwrap_or_else(|| panic!("{name}: a tile kernel"));
-        assert!(k.warps.threads() >= 128, "{name}: {:?}", k.warps);
+        // Every plan of a default build (sm_90, the 99 KiB sm_86 and sm_80) keeps 4 warps busy;
+        // the first is the H200's.
+        let variants = compile_variants(&common::shipped(name), &Options::default(), &targets)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for v in &variants {
+            let k = v.compiled.best().kernels[0].tile().unwrap_or_else(|| panic!("{name}: a tile kernel"));
+            assert!(k.warps.threads() >= 128, "{name} for {:?}: {:?}", v.targets, k.warps);
+        }
+        assert_eq!(variants[0].targets[0], "sm_90");
+        let c = &variants[0].compiled;
         let blocks = c.ranked[0].candidate.costs[0].blocks;
         if blocks < 132 {
             short.push(format!("{name} ({blocks})"));
         }
     }
     let names: Vec<&str> = short.iter().map(|s| s.split(' ').next().unwrap_or("")).collect();
-    assert_eq!(names, ["matmul_rowsum_decode", "rmsnorm_matmul_decode", "mqa_decode"], "{short:?}");
+    assert_eq!(
+        names,
+        ["matmul_decode", "matmul_rowsum_decode", "swiglu_decode", "rmsnorm_matmul_decode", "mqa_decode"],
+        "{short:?}"
+    );
     for name in ["mha_d64_decode", "mha_d128_decode", "matmul_matmul_decode"] {
-        let c = compiled(name);
+        let c = h200(name);
         let k = c.best().kernels[0].tile().expect("a tile kernel");
         assert_eq!(k.rows, 16, "{name}");
         assert!(k.warps.split && k.warps.n >= 4 && k.warps.m == 1, "{name}: {:?}", k.warps);
@@ -307,8 +325,9 @@ fn every_kept_schedule_of_every_kernel_matches_the_reference_in_the_interpreter(
     let module = cleave_core::front::check_source(&text).expect("checks");
     let mut failures = Vec::new();
     let mut runs = 0;
+    let targets = ArchSet::default().plan_targets();
     for (_, g) in &module.kernels {
-        let c = compile(g, &Options::default()).expect("compiles");
+        let variants = compile_variants(g, &Options::default(), &targets).expect("compiles");
         // Small odd extents keep the interpreter quick on the big static shapes.
         let mut b = Bindings::of_table(&g.dims);
         let mut k = 0;
@@ -320,9 +339,11 @@ fn every_kept_schedule_of_every_kernel_matches_the_reference_in_the_interpreter(
         }
         let inputs = random_inputs(g, &b, 23, &InputScale { default: scale(&g.name), per_input: Vec::new() });
         let want = eval(g, &b, &inputs).expect("reference");
-        // The best schedule of every graph shape kept (split and unsplit), up to three.
-        for r in c.ranked.iter().take(3) {
-            let l = &r.candidate.launch;
+        // The plan for each kind of GPU a default build makes, and the first plan's runners-up
+        // (other graph shapes, split and unsplit), up to three in all.
+        let kept = variants.iter().map(|v| v.compiled.best());
+        let others = variants[0].compiled.ranked.iter().skip(1).take(3 - variants.len().min(3));
+        for l in kept.chain(others.map(|r| &r.candidate.launch)) {
             let mut lb = Bindings::of_table(l.dims());
             lb.values[..b.values.len()].copy_from_slice(&b.values);
             lb.complete(l.dims());
@@ -340,4 +361,42 @@ fn every_kept_schedule_of_every_kernel_matches_the_reference_in_the_interpreter(
     }
     assert!(runs >= 40, "{runs}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A default build's code runs on sm_90, on sm_80 and, through the sm_80 SASS, on the 99 KiB
+/// sm_86 and sm_89: each gets a plan within its own limits, under its own symbols, in one
+/// source, and the sm_90 plan only in the code of GPUs that pick it.
+#[test]
+fn a_default_build_plans_for_each_kind_of_gpu() {
+    let set = ArchSet::default();
+    let targets = set.plan_targets();
+    let variants =
+        compile_variants(&common::shipped("mha_d128_prefill"), &Options::default(), &targets).expect("compiles");
+    let summary: Vec<(Vec<String>, u32)> = variants.iter().map(|v| (v.targets.clone(), v.min_cc)).collect();
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(summary, [(names(&["sm_90"]), 90), (names(&["sm_86"]), 86), (names(&["sm_80"]), 80)]);
+    let smem = |i: usize| variants[i].compiled.best().kernels.iter().map(|k| k.smem_bytes()).max().unwrap_or(0);
+    // The A100 plan uses more than an RTX 4090 grants; the plan for the 99 KiB GPUs does not.
+    assert!(smem(2) > 101_376 && smem(2) <= SM80.smem_per_block, "{}", smem(2));
+    assert!(smem(1) <= 101_376, "{}", smem(1));
+    assert!(smem(0) <= SM90.smem_per_block);
+    let symbols: Vec<&str> = variants.iter().map(|v| v.compiled.best().kernels[0].symbol()).collect();
+    assert_eq!(
+        symbols,
+        ["cleave_mha_d128_prefill_0", "cleave_mha_d128_prefill_sm86_0", "cleave_mha_d128_prefill_sm80_0"]
+    );
+    let floors: Vec<Option<u32>> = variants.iter().map(|v| set.code_floor(v.min_cc)).collect();
+    assert_eq!(floors, [Some(900), None, None]);
+    let launches: Vec<_> = variants.iter().zip(&floors).map(|(v, f)| (v.compiled.best(), *f)).collect();
+    let source = cleave_core::codegen::cuda::emit_launches(&launches, "mha_d128_prefill");
+    assert_eq!(source.matches("#if (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)").count(), 1, "{source}");
+    assert_eq!(source.matches("#if defined(__CUDACC__) && !defined(CLEAVE_EMULATE)").count(), 2, "{source}");
+    // Each plan's kernel is defined (and, for the host emulation, called) the same way.
+    let uses: Vec<usize> = symbols.iter().map(|s| source.matches(&format!(" {s}(")).count()).collect();
+    assert!(uses[0] >= 1 && uses.iter().all(|&n| n == uses[0]), "{uses:?}");
+    // Neighbouring targets whose best launches agree share one plan, bounded by the oldest.
+    let one =
+        compile_variants(&common::shipped("matmul_rowsum_decode"), &Options::default(), &targets).expect("compiles");
+    assert_eq!(one.len(), 1, "{:?}", one.iter().map(|v| &v.targets).collect::<Vec<_>>());
+    assert_eq!((one[0].targets.len(), one[0].min_cc), (3, 80));
 }

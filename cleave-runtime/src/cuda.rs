@@ -20,7 +20,9 @@ use cudarc::nvrtc::Ptx;
 
 use crate::element::Element;
 use crate::layout::Layouts;
-use crate::plan::{self, Extents, KernelLaunch, LaunchPlan, Param, Role, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS};
+use crate::plan::{
+    self, Extents, KernelLaunch, LaunchPlan, Param, Role, Variant, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS,
+};
 use crate::Error;
 
 /// A raw device address, as passed to kernels.
@@ -362,6 +364,34 @@ impl Loaded {
 pub fn workspace_bytes(plan: &LaunchPlan, dynamic: &[usize]) -> Result<u64, Error> {
     let extents = Extents::new(plan, dynamic)?.with_largest_splits(plan);
     Ok(WorkspaceLayout::new(plan, &extents)?.total)
+}
+
+/// The workspace bytes that whichever of `variants` a device picks needs for these dynamic
+/// extents: the largest of theirs, so that one workspace sized before any device is known
+/// serves every plan.
+pub fn workspace_bytes_any(variants: &[Variant], dynamic: &[usize]) -> Result<u64, Error> {
+    let mut most = 0;
+    for v in variants {
+        most = most.max(workspace_bytes(v.plan, dynamic)?);
+    }
+    Ok(most)
+}
+
+/// The plan of `variants` the device of `ctx` runs ([`plan::select`]), from its compute
+/// capability and the shared memory a block may opt in to.
+pub fn select(ctx: &CudaContext, variants: &[Variant]) -> Result<&'static LaunchPlan, Error> {
+    require_driver()?;
+    let kernel = variants.first().map_or("?", |v| v.plan.kernel);
+    let query = |what: &str, attr| {
+        ctx.attribute(attr)
+            .map(|v| u32::try_from(v).unwrap_or(0))
+            .map_err(|e| Error::Launch { kernel, message: describe(&format!("querying the {what}"), e) })
+    };
+    use sys::CUdevice_attribute as A;
+    let major = query("compute capability", A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = query("compute capability", A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let smem = query("shared memory per block", A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    plan::select(variants, (major, minor), u64::from(smem))
 }
 
 /// Scratch device memory a caller lends to [`Loaded::launch`] for Split-K partials, so that

@@ -49,6 +49,26 @@ pub enum Error {
         built_for: &'static str,
     },
 
+    /// None of a kernel's plans suits the device: each is meant for a newer GPU or needs more
+    /// shared memory per block than it allows.
+    #[error(
+        "kernel `{kernel}` has no plan for this GPU (compute capability {}.{}, {smem_per_block} bytes of \
+         shared memory per block); its plans: {plans}. Rebuild with CUDA_COMPUTE_CAP including this GPU's \
+         architecture",
+        have.0,
+        have.1
+    )]
+    NoPlanFits {
+        /// The declared kernel name.
+        kernel: &'static str,
+        /// The device's compute capability (major, minor).
+        have: (u32, u32),
+        /// The shared memory one block may opt in to on the device.
+        smem_per_block: u64,
+        /// Each plan and what it needs.
+        plans: String,
+    },
+
     /// No GPU binary was embedded because nvcc was missing when the crate was built.
     #[error(
         "kernel `{kernel}` has no GPU binary: the kernels were generated without nvcc; \

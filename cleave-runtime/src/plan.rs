@@ -60,6 +60,55 @@ pub struct LaunchPlan {
     pub tables: &'static [Table],
 }
 
+/// One plan of a kernel and the GPUs it was made for. A build makes a plan per kind of GPU its
+/// code runs on (SM count, shared memory per block); generated modules list them newest first
+/// and pick one per device with [`select`].
+#[derive(Debug, Clone, Copy)]
+pub struct Variant {
+    /// The targets it was scheduled for, e.g. `"sm_90"` or `"sm_86, sm_80"`.
+    pub target: &'static str,
+    /// The lowest compute capability it is meant for, as nvcc numbers it (86 for 8.6).
+    pub min_cc: u32,
+    /// The plan.
+    pub plan: &'static LaunchPlan,
+}
+
+impl LaunchPlan {
+    /// The most dynamic shared memory any of its launches asks for, in bytes.
+    pub fn smem_bytes(&self) -> u32 {
+        self.launches.iter().map(|l| l.smem_bytes).max().unwrap_or(0)
+    }
+}
+
+/// The plan a GPU of compute capability `cc` (major, minor) that lets one block opt in to
+/// `smem_per_block` bytes of shared memory runs: the first of `variants` (newest first) meant
+/// for its capability or an older one whose kernels fit its shared memory. A GPU newer than
+/// every target (running PTX) takes the newest plan that fits it; a GPU whose shared memory
+/// holds none of them is an error that says what each would need.
+pub fn select(variants: &[Variant], cc: (u32, u32), smem_per_block: u64) -> Result<&'static LaunchPlan, Error> {
+    let number = cc.0.saturating_mul(10).saturating_add(cc.1);
+    let fits = |v: &Variant| v.min_cc <= number && u64::from(v.plan.smem_bytes()) <= smem_per_block;
+    if let Some(v) = variants.iter().find(|v| fits(v)) {
+        return Ok(v.plan);
+    }
+    let Some(first) = variants.first() else {
+        return Err(Error::InvalidPlan { kernel: "?", reason: "a kernel module lists no plans".into() });
+    };
+    let plans: Vec<String> = variants
+        .iter()
+        .map(|v| {
+            format!(
+                "{} (compute capability {}.{} or newer, {} bytes of shared memory per block)",
+                v.target,
+                v.min_cc / 10,
+                v.min_cc % 10,
+                v.plan.smem_bytes()
+            )
+        })
+        .collect();
+    Err(Error::NoPlanFits { kernel: first.plan.kernel, have: cc, smem_per_block, plans: plans.join("; ") })
+}
+
 /// An index tensor of a plan and what its entries must satisfy. Kernels clamp every entry
 /// they read, so no table can move an access outside a buffer; these rules are what makes the
 /// result meaningful, checked wherever the table is in host memory ([`check_tables`]).
@@ -1102,5 +1151,56 @@ mod tests {
         assert_eq!(&*e, &[2, 5, 77, 8]);
         assert_eq!(extents(&PLAN, &[5, 77]).unwrap(), [2, 5, 77, 8]);
         assert_eq!(format!("{e:?}"), "[2, 5, 77, 8]");
+    }
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+
+    const fn launch(symbol: &'static str, smem_bytes: u32) -> KernelLaunch {
+        KernelLaunch { symbol, grid: [Product(&[]), Product(&[]), Product(&[])], threads: 128, smem_bytes, params: &[] }
+    }
+
+    const fn plan(launches: &'static [KernelLaunch]) -> LaunchPlan {
+        LaunchPlan { kernel: "k", dims: &[], inputs: &[], outputs: &[], workspaces: &[], launches, tables: &[] }
+    }
+
+    static SM90: LaunchPlan = plan(&[launch("k_0", 200_000), launch("k_1", 4096)]);
+    static SM86: LaunchPlan = plan(&[launch("k_sm86_0", 90_000)]);
+    static SM80: LaunchPlan = plan(&[launch("k_sm80_0", 139_520)]);
+    /// The plans of the default build, newest first, as a generated module lists them.
+    static PLANS: [Variant; 3] = [
+        Variant { target: "sm_90", min_cc: 90, plan: &SM90 },
+        Variant { target: "sm_86", min_cc: 86, plan: &SM86 },
+        Variant { target: "sm_80", min_cc: 80, plan: &SM80 },
+    ];
+
+    fn pick(cc: (u32, u32), smem: u64) -> Result<&'static str, String> {
+        select(&PLANS, cc, smem).map(|p| p.launches[0].symbol).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_gpu_runs_the_plan_made_for_it() {
+        // H100/H200, A100, RTX 3090, Jetson Orin, RTX 4090, with their opt-in limits.
+        assert_eq!(pick((9, 0), 232_448), Ok("k_0"));
+        assert_eq!(pick((8, 0), 166_912), Ok("k_sm80_0"));
+        assert_eq!(pick((8, 6), 101_376), Ok("k_sm86_0"));
+        assert_eq!(pick((8, 7), 166_912), Ok("k_sm86_0"));
+        assert_eq!(pick((8, 9), 101_376), Ok("k_sm86_0"));
+        // Newer than every target: B200 runs the newest plan; an RTX 5090 (99 KiB) the newest
+        // one that fits it.
+        assert_eq!(pick((10, 0), 232_448), Ok("k_0"));
+        assert_eq!(pick((12, 0), 101_376), Ok("k_sm86_0"));
+    }
+
+    #[test]
+    fn a_gpu_no_plan_fits_is_told_what_each_needs() {
+        let err = pick((8, 0), 65_536).unwrap_err();
+        assert!(err.contains("kernel `k` has no plan for this GPU (compute capability 8.0, 65536 bytes"), "{err}");
+        assert!(err.contains("sm_90 (compute capability 9.0 or newer, 200000 bytes"), "{err}");
+        assert!(err.contains("sm_80 (compute capability 8.0 or newer, 139520 bytes"), "{err}");
+        assert!(select(&[], (9, 0), 232_448).is_err());
+        assert_eq!(SM90.smem_bytes(), 200_000);
     }
 }

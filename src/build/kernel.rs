@@ -5,12 +5,13 @@ use std::path::Path;
 use std::time::Instant;
 
 use cleave_core::codegen::plan::plan_data;
-use cleave_core::codegen::rust::{self, ModuleSpec};
+use cleave_core::codegen::rust::{self, ModuleSpec, TargetPlan};
 use cleave_core::codegen::{cuda, headers};
 use cleave_core::front::tokens::canonical;
 use cleave_core::front::KernelDecl;
 use cleave_core::graph::ValidGraph;
-use cleave_core::pipeline::{self, Compiled, KernelSchedule, Options};
+use cleave_core::pipeline::{self, KernelSchedule, Options, Variant};
+use cleave_core::toolchain::ArchSet;
 use serde_json::{json, Value};
 
 use super::cache;
@@ -82,9 +83,9 @@ fn fatbin_expr(kernel: &str) -> String {
     format!(r#"include!(concat!(env!("OUT_DIR"), "/cleave/fatbin/{kernel}.rs"))"#)
 }
 
-/// The cache key of a declaration under these options: everything the generated artifacts
-/// depend on.
-pub(crate) fn key(decl: &KernelDecl, opts: &Options) -> String {
+/// The cache key of a declaration under these options, for these architectures: everything
+/// the generated artifacts depend on.
+pub(crate) fn key(decl: &KernelDecl, opts: &Options, arches: &ArchSet) -> String {
     cleave_core::hash::hex(&[
         b"cleave-kernel-v1",
         rust::GENERATOR_FINGERPRINT.as_bytes(),
@@ -93,20 +94,23 @@ pub(crate) fn key(decl: &KernelDecl, opts: &Options) -> String {
         rust::RUNTIME.as_bytes(),
         canonical(decl).as_bytes(),
         format!("{opts:?}").as_bytes(),
+        format!("{arches:?}").as_bytes(),
     ])
 }
 
 /// Loads the kernel from the cache, or runs the pipeline and stores the result.
-pub(crate) fn build(job: &Job, opts: &Options, cache_root: &Path) -> Result<Generated, String> {
+pub(crate) fn build(job: &Job, opts: &Options, arches: &ArchSet, cache_root: &Path) -> Result<Generated, String> {
     let name = &job.decl.name;
-    let key = key(&job.decl, opts);
+    let key = key(&job.decl, opts, arches);
     let path = cache_root.join("kernels").join(format!("{name}-{key}.json"));
     if let Some(hit) = load(&path, name) {
         return Ok(hit);
     }
     let start = Instant::now();
-    let compiled = guarded("search and scheduling", || pipeline::compile(&job.graph, opts).map_err(|e| e.to_string()))?;
-    let generated = guarded("code generation", || generate(job, &compiled, start))?;
+    let variants = guarded("search and scheduling", || {
+        pipeline::compile_variants(&job.graph, opts, &arches.plan_targets()).map_err(|e| e.to_string())
+    })?;
+    let generated = guarded("code generation", || generate(job, &variants, arches, start))?;
     let entry = json!({
         "kernel": name,
         "cuda": generated.cuda,
@@ -154,19 +158,70 @@ fn load(path: &Path, name: &str) -> Option<Generated> {
     })
 }
 
-fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated, String> {
+fn generate(job: &Job, variants: &[Variant], arches: &ArchSet, start: Instant) -> Result<Generated, String> {
     let name = &job.decl.name;
-    let best = &compiled.ranked[0];
-    let launch = &best.candidate.launch;
-    let plan = plan_data(launch, name).map_err(|e| e.to_string())?;
-    let cuda = cuda::emit_launch(launch, name);
+    let launches: Vec<(&cleave_core::plan::Launch, Option<u32>)> =
+        variants.iter().map(|v| (v.compiled.best(), arches.code_floor(v.min_cc))).collect();
+    let cuda = cuda::emit_launches(&launches, name);
+    let mut plans = Vec::new();
+    let mut targets = serde_json::Map::new();
+    let mut summary = Vec::new();
+    for v in variants {
+        let target = v.targets.join(", ");
+        let plan = plan_data(v.compiled.best(), name).map_err(|e| e.to_string())?;
+        let (lock, lines) = describe(v);
+        targets.insert(target.clone(), lock);
+        if variants.len() > 1 {
+            summary.push(format!("for {target} (compute capability {}.{} and newer):", v.min_cc / 10, v.min_cc % 10));
+        }
+        summary.extend(lines);
+        plans.push(TargetPlan { target, min_cc: v.min_cc, plan });
+    }
     // Host entry points carry a hash of the source: kernels of the same name in two crates of
     // one binary then never clash at link time, and identical ones are identical code.
     let tag = &cleave_core::hash::hex(&[cuda.as_bytes()])[..16];
-    let renames: Vec<(String, String)> =
-        plan.launches.iter().map(|l| (l.symbol.clone(), format!("{}_{tag}", l.symbol))).collect();
-    let host_symbols: Vec<String> = renames.iter().map(|(_, r)| format!("cleave_emu_{r}")).collect();
+    let renames: Vec<(String, String)> = plans
+        .iter()
+        .flat_map(|p| &p.plan.launches)
+        .map(|l| (l.symbol.clone(), format!("{}_{tag}", l.symbol)))
+        .collect();
+    // The host emulation runs the first plan.
+    let host_symbols: Vec<String> =
+        renames.iter().take(plans[0].plan.launches.len()).map(|(_, r)| format!("cleave_emu_{r}")).collect();
+    let lock = json!({
+        "declaration": cleave_core::front::tokens::fingerprint(&job.decl),
+        "targets": targets,
+    });
+    let module = rust::module(&ModuleSpec {
+        decl: &job.decl,
+        plans: &plans,
+        host_symbols: &host_symbols,
+        fatbin: &fatbin_expr(name),
+        summary: &summary,
+    })
+    .map_err(|e| e.to_string())?;
+    let compiled = &variants[0].compiled;
+    Ok(Generated {
+        name: name.clone(),
+        cuda,
+        renames,
+        module,
+        lock,
+        how: How::Searched {
+            seconds: start.elapsed().as_secs_f64(),
+            search_seconds: compiled.search.as_ref().map_or(0.0, |s| s.seconds),
+            schedule_seconds: variants.iter().map(|v| v.compiled.schedule_seconds).sum(),
+            graphs: compiled.search.as_ref().map_or(0, |s| s.graphs.len()),
+            states: compiled.search.as_ref().map_or(0, |s| s.states_explored),
+        },
+    })
+}
 
+/// One plan's lock entry (the graph, the split counts, each kernel's configuration, the
+/// estimate) and its lines of the module's documentation.
+fn describe(v: &Variant) -> (Value, Vec<String>) {
+    let best = &v.compiled.ranked[0];
+    let launch = &best.candidate.launch;
     let g = &launch.graph;
     let graph_form: Vec<String> = g.outputs.iter().map(|o| format!("{} = {}", o.decl.name, g.expr(o.node))).collect();
     let dims = launch.dims();
@@ -221,7 +276,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
         })
         .collect();
     let lock = json!({
-        "declaration": cleave_core::front::tokens::fingerprint(&job.decl),
+        "min_compute_capability": format!("{}.{}", v.min_cc / 10, v.min_cc % 10),
         "graph": graph_form,
         "splits": splits,
         "kernels": kernels,
@@ -242,28 +297,7 @@ fn generate(job: &Job, compiled: &Compiled, start: Instant) -> Result<Generated,
         ));
     }
     summary.push(format!("estimated {:.3e} s at the representative extents", best.candidate.seconds));
-    let module = rust::module(&ModuleSpec {
-        decl: &job.decl,
-        plan: &plan,
-        host_symbols: &host_symbols,
-        fatbin: &fatbin_expr(name),
-        summary: &summary,
-    })
-    .map_err(|e| e.to_string())?;
-    Ok(Generated {
-        name: name.clone(),
-        cuda,
-        renames,
-        module,
-        lock,
-        how: How::Searched {
-            seconds: start.elapsed().as_secs_f64(),
-            search_seconds: compiled.search.as_ref().map_or(0.0, |s| s.seconds),
-            schedule_seconds: compiled.schedule_seconds,
-            graphs: compiled.search.as_ref().map_or(0, |s| s.graphs.len()),
-            states: compiled.search.as_ref().map_or(0, |s| s.states_explored),
-        },
-    })
+    (lock, summary)
 }
 
 #[cfg(test)]

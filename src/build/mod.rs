@@ -239,7 +239,7 @@ impl Builder {
         let cache_root = cache::root(self.cache_dir.as_deref(), env);
 
         let results: Vec<Result<Generated, String>> =
-            jobs.par_iter().map(|job| kernel::build(job, &opts, &cache_root)).collect();
+            jobs.par_iter().map(|job| kernel::build(job, &opts, &arches, &cache_root)).collect();
         let mut generated = Vec::new();
         let mut errors = Vec::new();
         for (job, r) in jobs.iter().zip(results) {

@@ -26,8 +26,10 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     Ok((decl, c))
 }
 
-/// The pipeline options the flags select: `--no-split`, and `--arch` (else `CUDA_COMPUTE_CAP`,
-/// so that the command shows the plan a build in the same environment would make).
+/// The pipeline options the flags select: `--no-split`, and `--arch` (else `CUDA_COMPUTE_CAP`).
+/// One plan is made for every architecture listed, together; a build makes one per kind of GPU
+/// (`ArchSet::plan_targets`), and `--arch 90`, `--arch 86` or `--arch 80` shows each of the
+/// default build's three.
 pub(crate) fn options(o: &Opts) -> Result<Options, UserError> {
     let mut opts = Options::default();
     if o.switch("no-split") {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cleave_core::codegen::rust::{module, ModuleSpec};
+use cleave_core::codegen::rust::{module, ModuleSpec, TargetPlan};
 use cleave_core::codegen::{cuda, headers, plan::plan_data, tilelang};
 
 use super::compile::compile_with_decl;
@@ -34,9 +34,15 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             // no fatbin to embed, so its GPU path reports `NotBuilt`.
             let plan = plan_data(launch, name).map_err(|e| UserError(format!("{name}: {e}")))?;
             let host: Vec<String> = plan.launches.iter().map(|l| format!("cleave_emu_{}", l.symbol)).collect();
+            // One plan for every GPU of `--arch` together, as `cleave compile` makes it (a build
+            // makes one per kind of GPU).
+            let archs = super::compile::options(o)?.archs;
+            let names: Vec<&str> = archs.iter().map(|a| a.name).collect();
+            let min_cc = if archs.iter().any(|a| a.name == "sm_80") { 80 } else { 90 };
+            let plans = [TargetPlan { target: names.join(", "), min_cc, plan }];
             let text = module(&ModuleSpec {
                 decl: &decl,
-                plan: &plan,
+                plans: &plans,
                 host_symbols: &host,
                 fatbin: "::core::option::Option::None",
                 summary: &[],

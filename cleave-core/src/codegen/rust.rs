@@ -49,14 +49,26 @@ pub const RUNTIME_MAX_PARAMS: usize = 256;
 /// The seed handed to the host emulator; fixed, so `run_host` is deterministic.
 const HOST_SEED: u64 = 0;
 
+/// One plan of a kernel and the GPUs it is for (mirrors the runtime's `Variant`).
+#[derive(Clone, Debug)]
+pub struct TargetPlan {
+    /// The targets it was scheduled for, e.g. `sm_90` or `sm_86, sm_80`.
+    pub target: String,
+    /// The lowest compute capability it is meant for (86 for 8.6).
+    pub min_cc: u32,
+    /// The launch plan of the schedule chosen for them.
+    pub plan: PlanData,
+}
+
 /// Everything the launcher module of one kernel is made from.
 #[derive(Clone, Copy, Debug)]
 pub struct ModuleSpec<'a> {
     /// The declaration as written (for names and docs).
     pub decl: &'a KernelDecl,
-    /// The launch plan of the chosen schedule.
-    pub plan: &'a PlanData,
-    /// The host-emulation entry point of each launch of the plan, in order.
+    /// The plans, newest GPU first (at least one). The launchers run the one the device picks;
+    /// the host emulation runs the first.
+    pub plans: &'a [TargetPlan],
+    /// The host-emulation entry point of each launch of the first plan, in order.
     pub host_symbols: &'a [String],
     /// A Rust expression of type `Option<::cleave::runtime::cuda::Fatbin>`: the embedded GPU
     /// binary holding the plan's kernels.
@@ -72,6 +84,8 @@ const TAKEN: &[&str] = &[
     "dims",
     "args",
     "PLAN",
+    "PLANS",
+    "plan",
     "FATBIN",
     "HOST",
     "Dims",
@@ -109,7 +123,7 @@ pub struct RustGenError {
 pub fn module(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let text = module_text(spec)?;
     #[cfg(feature = "rust-front")]
-    let text = format(&text).map_err(|reason| RustGenError { kernel: spec.plan.kernel.clone(), reason })?;
+    let text = format(&text).map_err(|reason| RustGenError { kernel: spec.decl.name.clone(), reason })?;
     Ok(safety_comments(&text))
 }
 
@@ -122,8 +136,8 @@ pub fn format(text: &str) -> Result<String, String> {
 
 /// Why each generated `unsafe` block is sound, keyed by how the block starts.
 const SAFETY: &[(&str, &str)] = &[
-    ("unsafe { args.launch(", "FATBIN was compiled from the same generated source as PLAN."),
-    ("let loaded = unsafe {", "FATBIN was compiled from the same generated source as PLAN."),
+    ("unsafe { args.launch(", "FATBIN was compiled from the same generated source as PLANS."),
+    ("let loaded = unsafe {", "FATBIN was compiled from the same generated source as PLANS."),
     (
         "unsafe { args.run(",
         "HOST holds the host-emulation build of the same generated source as PLAN, one entry point per launch, in order.",
@@ -196,9 +210,22 @@ fn doc(out: &mut String, s: &str) {
 
 /// The launcher module, unformatted.
 pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
-    let plan = spec.plan;
+    let Some(first) = spec.plans.first() else {
+        return Err(RustGenError { kernel: spec.decl.name.clone(), reason: "no plan was given".into() });
+    };
+    let plan = &first.plan;
     let kernel = &plan.kernel;
     let fail = |reason: String| Err(RustGenError { kernel: kernel.clone(), reason });
+    // Every plan must take the same arguments: the launchers pass one set to whichever runs.
+    let signature = |p: &PlanData| -> Vec<String> {
+        let dynamic = p.dims.iter().filter(|d| d.dynamic).map(|d| d.name.clone());
+        let tensors =
+            p.inputs.iter().chain(&p.outputs).map(|t| format!("{}: {}{}", t.name, t.dtype.name(), show_shape(p, t)));
+        dynamic.chain(tensors).chain([format!("{} inputs", p.inputs.len())]).collect()
+    };
+    if let Some(other) = spec.plans.iter().find(|p| signature(&p.plan) != signature(plan) || p.plan.kernel != *kernel) {
+        return fail(format!("the plan for {} takes other arguments than the plan for {}", other.target, first.target));
+    }
     if spec.host_symbols.len() != plan.launches.len() {
         return fail(format!(
             "{} host entry points were given for {} launches",
@@ -209,24 +236,27 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     if spec.decl.name != *kernel {
         return fail(format!("the declaration is named `{}`", spec.decl.name));
     }
-    let counts = [
-        ("dims", plan.dims.len(), RUNTIME_MAX_DIMS),
-        ("inputs and outputs", plan.inputs.len() + plan.outputs.len(), RUNTIME_MAX_TENSORS),
-        ("workspaces", plan.workspaces.len(), RUNTIME_MAX_WORKSPACES),
-        (
-            "parameters in one launch",
-            plan.launches.iter().map(|l| l.params.len()).max().unwrap_or(0),
-            RUNTIME_MAX_PARAMS,
-        ),
-    ];
-    if let Some((what, n, limit)) = counts.into_iter().find(|&(_, n, limit)| n > limit) {
-        return fail(format!("the plan has {n} {what}; the runtime takes at most {limit}"));
+    for p in spec.plans.iter().map(|p| &p.plan) {
+        let counts = [
+            ("dims", p.dims.len(), RUNTIME_MAX_DIMS),
+            ("inputs and outputs", p.inputs.len() + p.outputs.len(), RUNTIME_MAX_TENSORS),
+            ("workspaces", p.workspaces.len(), RUNTIME_MAX_WORKSPACES),
+            (
+                "parameters in one launch",
+                p.launches.iter().map(|l| l.params.len()).max().unwrap_or(0),
+                RUNTIME_MAX_PARAMS,
+            ),
+        ];
+        if let Some((what, n, limit)) = counts.into_iter().find(|&(_, n, limit)| n > limit) {
+            return fail(format!("the plan has {n} {what}; the runtime takes at most {limit}"));
+        }
     }
     let rt = RUNTIME;
     let driver = format!("{rt}::cudarc::driver");
 
     // Parameter names: the tensor names, made distinct from the module's own names.
     let mut used: Vec<String> = TAKEN.iter().map(|s| s.to_string()).collect();
+    used.extend((1..spec.plans.len()).map(|i| format!("PLAN_{i}")));
     let mut param = |name: &str| {
         let mut p = name.to_string();
         while used.contains(&p) {
@@ -340,8 +370,34 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "}}\n}}\n}}");
 
     // The plan, the fatbin and the host entry points.
-    let _ = writeln!(out, "/// The launch sequence both `launch` and `run_host` execute.");
+    let _ = writeln!(
+        out,
+        "/// The launch sequence made for {}: the first of `PLANS`, and the one `run_host` executes.",
+        first.target
+    );
     let _ = writeln!(out, "pub static PLAN: {rt}::LaunchPlan = {};", plan.to_rust(rt));
+    for (i, p) in spec.plans.iter().enumerate().skip(1) {
+        let _ = writeln!(out, "/// The launch sequence made for {}.", p.target);
+        let _ = writeln!(out, "static PLAN_{i}: {rt}::LaunchPlan = {};", p.plan.to_rust(rt));
+    }
+    let variants: Vec<String> = spec
+        .plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let name = if i == 0 { "PLAN".to_string() } else { format!("PLAN_{i}") };
+            format!("{rt}::Variant {{ target: {:?}, min_cc: {}, plan: &{name} }}", p.target, p.min_cc)
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "/// Every plan of the kernel, newest GPU first: `launch` and `load` run the first one meant for"
+    );
+    let _ = writeln!(
+        out,
+        "/// the device's compute capability whose shared memory fits it (`cleave::runtime::plan::select`)."
+    );
+    let _ = writeln!(out, "pub static PLANS: [{rt}::Variant; {}] = [{}];", variants.len(), variants.join(", "));
     let _ =
         writeln!(out, "/// The GPU binary holding this kernel's code; `None` when the crate was built without nvcc.");
     let _ = writeln!(out, "pub static FATBIN: ::core::option::Option<{rt}::cuda::Fatbin> = {};", spec.fatbin);
@@ -447,23 +503,26 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     tensor_params(&mut params);
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "launch", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS)?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(plan, stream, {extents})?;");
     let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
     let _ = writeln!(out, "}}");
     views_doc(&mut out, "launch");
     params.push("strides: &Strides".to_string());
     open_fn(&mut out, "launch_strided", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS)?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(plan, stream, {extents})?;");
     let _ = writeln!(out, "{strided_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
     let _ = writeln!(out, "}}");
 
     // workspace_bytes, load and Kernel
-    doc(&mut out, "The bytes of workspace a `Kernel::launch` with these extents needs: 0 unless the chosen");
-    doc(&mut out, "configuration splits a reduction, whose partials live there.");
+    doc(&mut out, "The bytes of workspace a `Kernel::launch` with these extents needs on any GPU: 0 unless a");
+    doc(&mut out, "chosen configuration splits a reduction, whose partials live there (the largest of the plans;");
+    doc(&mut out, "`Kernel::workspace_bytes` gives the loaded plan's own).");
     open_fn(&mut out, "workspace_bytes", &["dims: Dims".to_string()], "u64");
-    let _ = writeln!(out, "{rt}::cuda::workspace_bytes(&PLAN, {extents})");
+    let _ = writeln!(out, "{rt}::cuda::workspace_bytes_any(&PLANS, {extents})");
     let _ = writeln!(out, "}}");
     doc(&mut out, &format!("Kernel `{kernel}` loaded into one CUDA context ahead of time (see `load`)."));
     let _ = writeln!(out, "#[derive(Debug, Clone)]");
@@ -476,10 +535,17 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
         out,
         "pub fn load(ctx: &::std::sync::Arc<{driver}::CudaContext>) -> ::core::result::Result<Kernel, ::cleave::Error> {{"
     );
-    let _ = writeln!(out, "let loaded = unsafe {{ {rt}::cuda::Loaded::new(ctx, FATBIN.as_ref(), &PLAN) }}?;");
+    let _ = writeln!(out, "let plan = {rt}::cuda::select(ctx, &PLANS)?;");
+    let _ = writeln!(out, "let loaded = unsafe {{ {rt}::cuda::Loaded::new(ctx, FATBIN.as_ref(), plan) }}?;");
     let _ = writeln!(out, "::core::result::Result::Ok(Kernel(loaded))");
     let _ = writeln!(out, "}}");
     let _ = writeln!(out, "impl Kernel {{");
+    doc(&mut out, "The plan the device picked when this was loaded (one of `PLANS`).");
+    let _ = writeln!(out, "pub fn plan(&self) -> &'static {rt}::LaunchPlan {{ self.0.plan() }}");
+    doc(&mut out, "The bytes of workspace `launch` with these extents needs under the loaded plan.");
+    open_fn(&mut out, "workspace_bytes", &["&self".to_string(), "dims: Dims".to_string()], "u64");
+    let _ = writeln!(out, "self.0.workspace_bytes({extents})");
+    let _ = writeln!(out, "}}");
     doc(&mut out, &format!("Queues kernel `{kernel}` on `stream`, a stream of the context it was loaded into."));
     doc(&mut out, "");
     doc(&mut out, "The arguments of `launch`, plus a `workspace` of at least `workspace_bytes(dims)` bytes");
@@ -493,14 +559,14 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     params.push(format!("workspace: &mut {rt}::cuda::Workspace"));
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "launch", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan(), stream, {extents})?;");
     let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "self.0.launch(args, workspace)");
     let _ = writeln!(out, "}}");
     views_doc(&mut out, "Kernel::launch");
     params.push("strides: &Strides".to_string());
     open_fn(&mut out, "launch_strided", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(&PLAN, stream, {extents})?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan(), stream, {extents})?;");
     let _ = writeln!(out, "{strided_chain};");
     let _ = writeln!(out, "self.0.launch(args, workspace)");
     let _ = writeln!(out, "}}");
@@ -639,7 +705,8 @@ mod tests {
     #[test]
     fn module_is_deterministic_and_renames_clashing_parameters() {
         let (decl, plan, host) = spec_parts();
-        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
         assert_eq!(a, module(&spec).unwrap());
         assert!(a.contains("pub mod rowsum {"), "{a}");
@@ -669,7 +736,8 @@ mod tests {
     #[test]
     fn launcher_docs_give_shapes_dtypes_and_runtime_extents() {
         let (decl, plan, host) = spec_parts();
-        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone() }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
         let runtime = "Extents given at run time, in `dims`: `k` (scheduled for 100).";
         // `launch`, `Kernel::launch` and `run_host` take `dims`; `candle_forward` reads shapes.
@@ -677,9 +745,10 @@ mod tests {
         assert_eq!(a.matches("- `dims`: `f32[m, k]`").count(), 4, "{a}");
         assert!(a.contains("The runtime extents are read from the inputs' shapes."), "{a}");
         assert!(a.contains("The extent of `k` (scheduled for 100)."), "{a}");
-        let mut fixed = plan.clone();
+        let mut fixed = plan;
         fixed.dims.iter_mut().for_each(|d| d.dynamic = false);
-        let spec = ModuleSpec { decl: &decl, plan: &fixed, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: fixed }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
         let b = module(&spec).unwrap();
         assert_eq!(b.matches("Every extent is fixed at build time; `dims` has no fields.").count(), 3, "{b}");
     }
@@ -687,8 +756,56 @@ mod tests {
     #[test]
     fn inconsistent_specs_are_errors() {
         let (decl, plan, _) = spec_parts();
-        let spec = ModuleSpec { decl: &decl, plan: &plan, host_symbols: &[], fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone() }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[], fatbin: "None", summary: &[] };
         let err = module(&spec).unwrap_err();
         assert_eq!(err.to_string(), "kernel `rowsum`: 0 host entry points were given for 1 launches");
+        let spec = ModuleSpec { decl: &decl, plans: &[], host_symbols: &[], fatbin: "None", summary: &[] };
+        assert_eq!(module(&spec).unwrap_err().to_string(), "kernel `rowsum`: no plan was given");
+        // Plans that take different arguments cannot share one launcher.
+        let mut other = plan.clone();
+        other.dims[1].dynamic = false;
+        let plans = [
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan },
+            TargetPlan { target: "sm_80".into(), min_cc: 80, plan: other },
+        ];
+        let host = ["h".to_string()];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        assert_eq!(
+            module(&spec).unwrap_err().to_string(),
+            "kernel `rowsum`: the plan for sm_80 takes other arguments than the plan for sm_90"
+        );
+    }
+
+    /// A kernel planned for several GPUs lists every plan, newest first; the launchers pick one
+    /// per device, and the host emulation runs the first.
+    #[test]
+    fn every_plan_is_listed_and_launchers_pick_by_device() {
+        let (decl, plan, host) = spec_parts();
+        let mut older = plan.clone();
+        older.launches[0].symbol = "cleave_rowsum_sm80_0".into();
+        older.launches[0].smem_bytes = 1024;
+        let plans = [
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan },
+            TargetPlan { target: "sm_86, sm_80".into(), min_cc: 80, plan: older },
+        ];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let a = module(&spec).unwrap();
+        // Compared with the spacing collapsed and without the trailing commas the formatter adds.
+        let flat = a
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(", }", " }")
+            .replace(", ]", " ]")
+            .replace("( ", "(");
+        assert!(flat.contains("pub static PLANS: [::cleave::runtime::Variant; 2] = ["), "{a}");
+        assert!(flat.contains("target: \"sm_90\", min_cc: 90, plan: &PLAN }"), "{a}");
+        assert!(flat.contains("target: \"sm_86, sm_80\", min_cc: 80, plan: &PLAN_1 }"), "{a}");
+        assert!(flat.contains("symbol: \"cleave_rowsum_sm80_0\""), "{a}");
+        assert_eq!(flat.matches("::cleave::runtime::cuda::select(").count(), 3, "{a}");
+        assert!(flat.contains("::cleave::runtime::cuda::workspace_bytes_any(&PLANS"), "{a}");
+        assert!(flat.contains("::cleave::runtime::host::Args::new(&PLAN,"), "{a}");
+        assert!(flat.contains("::cleave::runtime::cuda::Args::new(self.0.plan(),"), "{a}");
     }
 }

@@ -82,14 +82,71 @@ pub fn symbol_prefix(kernel: &str) -> String {
     format!("cleave_{kernel}")
 }
 
-/// Compiles one declared kernel.
+/// Compiles one declared kernel: one plan for the GPUs of `opts.archs` together (fitting the
+/// smallest limits of the set, ranked by the mean of the estimates on each).
 pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, PipelineError> {
     // A target the search cannot take (too large, an output other ops read) still compiles:
     // its declared graph is a candidate like any found one.
     let found = search(declared, &opts.search);
-    let start = Instant::now();
-    let targets = Targets::new(&opts.archs);
+    rank(declared, found, &Targets::new(&opts.archs), opts.top_k, &symbol_prefix(&declared.name))
+}
+
+/// The plan of one declared kernel for one kind of GPU.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    /// The names of the targets this plan serves, newest first (several when their plans came
+    /// out the same), e.g. `["sm_90", "sm_86"]`.
+    pub targets: Vec<String>,
+    /// The lowest compute capability it is meant for (nvcc's numbering): the launcher takes
+    /// it on a GPU of at least this capability whose shared memory holds its kernels.
+    pub min_cc: u32,
+    /// The compilation for that target; its best launch is the plan.
+    pub compiled: Compiled,
+}
+
+/// Compiles one declared kernel for each of `targets` (newest first, as
+/// [`ArchSet::plan_targets`] orders them): the search runs once, and each target ranks its
+/// candidates against its own budget. Neighbouring targets whose best launches are the same
+/// share one plan (the older target's capability bounds it); every other plan's kernels get
+/// the target's name in their symbols, so that all of them live in one binary.
+pub fn compile_variants(
+    declared: &ValidGraph,
+    opts: &Options,
+    targets: &[crate::toolchain::PlanTarget],
+) -> Result<Vec<Variant>, PipelineError> {
+    let found = search(declared, &opts.search);
     let prefix = symbol_prefix(&declared.name);
+    let mut out: Vec<Variant> = Vec::new();
+    for t in targets {
+        let compiled = rank(declared, found.clone(), &Targets::new(&[t.budget]), opts.top_k, &prefix)?;
+        match out.last_mut() {
+            Some(last) if last.compiled.best() == compiled.best() => {
+                last.targets.push(t.name.clone());
+                last.min_cc = last.min_cc.min(t.min_cc);
+            }
+            _ => out.push(Variant { targets: vec![t.name.clone()], min_cc: t.min_cc, compiled }),
+        }
+    }
+    for v in out.iter_mut().skip(1) {
+        let suffix = v.targets.last().map_or(String::new(), |n| n.replace('_', ""));
+        let renamed = format!("{prefix}_{suffix}");
+        for r in &mut v.compiled.ranked {
+            r.candidate.launch.rename(&renamed);
+        }
+    }
+    Ok(out)
+}
+
+/// Schedules and ranks every candidate of a search (and the declared graph, and the fallback)
+/// for `targets`.
+fn rank(
+    declared: &ValidGraph,
+    found: Result<SearchResult, SearchError>,
+    targets: &Targets,
+    top_k: usize,
+    prefix: &str,
+) -> Result<Compiled, PipelineError> {
+    let start = Instant::now();
     // The declared graph is a candidate too: a graph the search never reached (or a plain
     // matmul that needs no rewriting) must still be schedulable.
     let mut jobs: Vec<(Option<usize>, Vec<SplitValue>, ValidGraph)> = vec![(None, Vec::new(), declared.clone())];
@@ -121,7 +178,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     let results: Vec<Job> = jobs
         .into_par_iter()
         .map(|(gi, splits, g)| {
-            let r = candidates(&g, &targets, opts.top_k, &prefix);
+            let r = candidates(&g, targets, top_k, prefix);
             (gi, splits, r)
         })
         .collect();
@@ -140,7 +197,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
         }
     }
     // The fallback, which every valid graph has, ranked like the rest.
-    match fallback_candidate(declared, &targets, &prefix) {
+    match fallback_candidate(declared, targets, prefix) {
         Ok(candidate) => ranked.push(Ranked { graph_index: None, splits: Vec::new(), candidate }),
         Err(e) => errors.push(format!("fallback: {e}")),
     }

@@ -98,19 +98,28 @@ struct Scheduled {
 }
 
 /// The best `keep` of the configurations seen so far, best first, and what was rejected.
+/// Configurations that run fewer warps than they asked for (a decode's 16 rows fill one warp
+/// and the loop could not be split among the others) are kept apart and used only when no
+/// configuration keeps its warps: a one-warp block cannot keep enough loads in flight to
+/// stream at HBM bandwidth, whatever the model's constants say, but it beats no schedule.
 struct Best {
     keep: usize,
     kept: Vec<Scheduled>,
+    narrow: Vec<Scheduled>,
     stats: ScheduleStats,
 }
 
 impl Best {
     fn new(keep: usize) -> Best {
-        Best { keep, kept: Vec::new(), stats: ScheduleStats::default() }
+        Best { keep, kept: Vec::new(), narrow: Vec::new(), stats: ScheduleStats::default() }
     }
 
     fn add(mut self, r: Result<Scheduled, Rejection>) -> Best {
         match r {
+            Ok(s) if s.planned.kernel.warps.threads() < 32 * s.config.warps => {
+                self.narrow.push(s);
+                self.trim();
+            }
             Ok(s) => {
                 self.kept.push(s);
                 self.trim();
@@ -122,16 +131,28 @@ impl Best {
 
     fn merge(mut self, other: Best) -> Best {
         self.kept.extend(other.kept);
+        self.narrow.extend(other.narrow);
         self.trim();
         self.stats.merge(other.stats);
         self
     }
 
-    /// Keeps the best `keep`. Ties break on the configuration, so which ones survive never
-    /// depends on how the work was split between threads.
+    /// Keeps the best `keep` of each kind. Ties break on the configuration, so which ones
+    /// survive never depends on how the work was split between threads.
     fn trim(&mut self) {
-        self.kept.sort_by(|a, b| a.cost.seconds.total_cmp(&b.cost.seconds).then_with(|| a.config.cmp(&b.config)));
-        self.kept.truncate(self.keep);
+        for list in [&mut self.kept, &mut self.narrow] {
+            list.sort_by(|a, b| a.cost.seconds.total_cmp(&b.cost.seconds).then_with(|| a.config.cmp(&b.config)));
+            list.truncate(self.keep);
+        }
+    }
+
+    /// The configurations that keep their warps, or the others when there are none.
+    fn into_kept(self) -> Vec<Scheduled> {
+        if self.kept.is_empty() {
+            self.narrow
+        } else {
+            self.kept
+        }
     }
 }
 
@@ -152,7 +173,7 @@ fn plan_kernel(
     let runtime = requests::has_runtime_splits(&g.dims);
     let configs = configs(g);
     stats.tried += configs.len();
-    let best = configs
+    let mut best = configs
         .into_par_iter()
         .map(|config| {
             let itgraph = schedule(g, &config).map_err(Rejection::Schedule)?;
@@ -174,8 +195,8 @@ fn plan_kernel(
         })
         .fold(|| Best::new(keep), Best::add)
         .reduce(|| Best::new(keep), Best::merge);
-    stats.merge(best.stats);
-    best.kept
+    stats.merge(std::mem::take(&mut best.stats));
+    best.into_kept()
 }
 
 /// The best `top_k` launches of a graph, best first; kernel `k` of each is named

@@ -95,7 +95,7 @@ impl Kernel {
 }
 
 /// Everything a backend needs to run one declared kernel.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     /// The graph this launch computes (after algebraic rewriting; concrete dims, split counts
     /// fixed).
@@ -109,6 +109,14 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// Names kernel `k` `{symbol_prefix}_{k}`, as [`assemble`] and [`fallback`] do: how the
+    /// plans of one kernel for different GPUs keep their entry points apart in one binary.
+    pub fn rename(&mut self, symbol_prefix: &str) {
+        for (k, kernel) in self.kernels.iter_mut().enumerate() {
+            kernel.set_symbol(format!("{symbol_prefix}_{k}"));
+        }
+    }
+
     /// The dim table every kernel's shapes refer to.
     pub fn dims(&self) -> &DimTable {
         &self.graph.dims

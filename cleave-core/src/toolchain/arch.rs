@@ -170,6 +170,30 @@ impl fmt::Display for Arch {
     }
 }
 
+/// The scheduler's budget for one architecture: the sm_80 or sm_90 model with the
+/// architecture's own shared-memory limit.
+fn budget_of(a: Arch) -> Budget {
+    let mut b = if a.major >= 9 { SM90 } else { SM80 };
+    if let Some(smem) = a.smem_per_block() {
+        b.smem_per_block = b.smem_per_block.min(u64::from(smem));
+        b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
+    }
+    b
+}
+
+/// One plan of a build: the budget it is made for and the GPUs it is meant for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanTarget {
+    /// The oldest GPU it serves, e.g. `sm_86`: names the plan in the lockfile and suffixes its
+    /// kernels' symbols.
+    pub name: String,
+    /// That GPU's compute capability as nvcc numbers it (86): the launcher takes this plan only
+    /// on a GPU of at least this capability.
+    pub min_cc: u32,
+    /// What the plan is scheduled against.
+    pub budget: Budget,
+}
+
 /// A `CUDA_COMPUTE_CAP` entry that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("CUDA_COMPUTE_CAP entry `{token}`: {reason}")]
@@ -266,23 +290,66 @@ impl ArchSet {
     /// block where the A100 grants 163). The build, the macro and the command line all plan
     /// through this, so `cleave schedule --arch` shows what a build would choose.
     pub fn budgets(&self) -> Vec<Budget> {
-        let mut out: Vec<Budget> = self
-            .sass
-            .iter()
-            .map(|a| {
-                let mut b = if a.major >= 9 { SM90 } else { SM80 };
-                if let Some(smem) = a.smem_per_block() {
-                    b.smem_per_block = b.smem_per_block.min(u64::from(smem));
-                    b.smem_per_sm = b.smem_per_sm.min(u64::from(smem) + 1024);
-                }
-                b
-            })
-            .collect();
+        let mut out: Vec<Budget> = self.sass.iter().map(|&a| budget_of(a)).collect();
         out.dedup();
         if out.is_empty() {
             out = vec![SM80, SM90];
         }
         out
+    }
+
+    /// The plans one build makes: one per kind of GPU its code runs on, newest first. A GPU
+    /// runs the SASS of the newest target of its major version at or below its own, or, when
+    /// it is newer than every SASS target, the PTX. So the sm_80 SASS of the default set also
+    /// runs on sm_86 and sm_89, which allow 99 KiB of shared memory per block where the A100
+    /// allows 163: each distinct budget among the known GPUs a target serves gets its own plan,
+    /// which the launcher picks by the device it finds ([`PlanTarget::min_cc`] and the plan's
+    /// shared memory). GPUs that only the PTX serves get no plan of their own: they take the
+    /// newest plan that fits them.
+    pub fn plan_targets(&self) -> Vec<PlanTarget> {
+        let mut out: Vec<PlanTarget> = Vec::new();
+        for (i, a) in self.sass.iter().enumerate() {
+            // The known GPUs whose code this SASS target is: its major version, from its own
+            // minor up to the next SASS target of that major version.
+            let next = self.sass[i + 1..].iter().find(|b| b.major == a.major && b.minor > a.minor).map(|b| b.minor);
+            let served =
+                KNOWN.iter().filter(|k| k.major == a.major && k.minor >= a.minor && next.is_none_or(|n| k.minor < n));
+            for k in served {
+                let gpu = Arch { major: k.major, minor: k.minor, variant: Variant::Generic };
+                let budget = budget_of(gpu);
+                match out.iter_mut().find(|t| t.budget == budget) {
+                    Some(t) => t.min_cc = t.min_cc.min(gpu.number()),
+                    None => out.push(PlanTarget { name: gpu.sm(), min_cc: gpu.number(), budget }),
+                }
+            }
+        }
+        if out.is_empty() {
+            out = [Arch::SM_90, Arch::SM_80]
+                .iter()
+                .map(|&a| PlanTarget { name: a.sm(), min_cc: a.number(), budget: budget_of(a) })
+                .collect();
+        }
+        // Newest first: the launcher takes the first plan a GPU can run.
+        out.sort_by_key(|t| std::cmp::Reverse(t.min_cc));
+        out
+    }
+
+    /// The lowest `__CUDA_ARCH__` whose code must hold a plan meant for GPUs of compute
+    /// capability `min_cc` and newer, when that is above the set's oldest (`None`: every code
+    /// of the set must hold it). A GPU runs the newest SASS of its major version at or below its
+    /// own, else the PTX; when the PTX is the newest target, every GPU a plan can be picked on
+    /// runs code at least as new as the newest target at or below `min_cc`. So the sm_90 plan
+    /// of the default set is compiled into the sm_90 SASS and PTX alone, not into the sm_80
+    /// SASS where nothing picks it. With older PTX (`80,90a`) a newer GPU runs that PTX and may
+    /// pick any plan, so nothing is left out.
+    pub fn code_floor(&self, min_cc: u32) -> Option<u32> {
+        let numbers = || self.sass.iter().map(|a| a.number());
+        let newest = numbers().max()?;
+        if self.ptx.map(Arch::number) != Some(newest) {
+            return None;
+        }
+        let floor = numbers().filter(|&n| n <= min_cc).max()?;
+        (floor > numbers().min()?).then_some(floor * 10)
     }
 
     /// Whether the set targets nothing (possible only through [`ArchSet::new`]).
@@ -328,5 +395,43 @@ mod tests {
         let b = ArchSet::parse("80,89,90").unwrap().budgets();
         assert_eq!(common(&b).smem_per_block, 101_376);
         assert_eq!(common(&b).sms, 108);
+    }
+
+    #[test]
+    fn every_kind_of_gpu_a_build_runs_on_gets_a_plan() {
+        let show = |set: &str| -> Vec<(String, u32, u64, u32)> {
+            ArchSet::parse(set)
+                .unwrap()
+                .plan_targets()
+                .into_iter()
+                .map(|t| (t.name, t.min_cc, t.budget.smem_per_block, t.budget.sms))
+                .collect()
+        };
+        let t = |name: &str, cc, smem, sms| (name.to_string(), cc, smem, sms);
+        // The default SASS for sm_80 also runs on the 99 KiB sm_86 and sm_89; sm_87 has the
+        // A100's limit and shares its plan.
+        let default = vec![t("sm_90", 90, 232_448, 132), t("sm_86", 86, 101_376, 108), t("sm_80", 80, 166_912, 108)];
+        assert_eq!(show(""), default);
+        // With sm_86 SASS of its own, sm_80's code serves only the A100 (and nothing changes).
+        assert_eq!(show("all"), default);
+        // sm_86 SASS alone also runs on sm_87, which allows 163 KiB.
+        assert_eq!(show("86"), vec![t("sm_87", 87, 166_912, 108), t("sm_86", 86, 101_376, 108)]);
+        assert_eq!(show("90"), vec![t("sm_90", 90, 232_448, 132)]);
+        assert_eq!(show("89,90a"), vec![t("sm_90", 90, 232_448, 132), t("sm_89", 89, 101_376, 108)]);
+    }
+
+    #[test]
+    fn a_plan_is_left_out_only_of_code_no_gpu_that_picks_it_runs() {
+        let set = ArchSet::default();
+        assert_eq!(set.code_floor(90), Some(900));
+        assert_eq!(set.code_floor(86), None);
+        assert_eq!(set.code_floor(80), None);
+        let all = ArchSet::all();
+        assert_eq!(
+            (all.code_floor(90), all.code_floor(89), all.code_floor(86), all.code_floor(80)),
+            (Some(900), Some(890), Some(860), None)
+        );
+        // A B200 runs the compute_80 PTX of this set and may pick the sm_90 plan.
+        assert_eq!(ArchSet::parse("80,90a").unwrap().code_floor(90), None);
     }
 }

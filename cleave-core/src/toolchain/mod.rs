@@ -28,7 +28,7 @@ mod discover;
 mod report;
 pub mod sass;
 
-pub use arch::{Arch, ArchError, ArchSet, Variant, COMPUTE_CAP_VAR};
+pub use arch::{Arch, ArchError, ArchSet, PlanTarget, Variant, COMPUTE_CAP_VAR};
 
 /// The target triple this crate was compiled for: what a C++ compiler must target to build
 /// code loaded into this process (the host emulation, compiled at run time by the command
