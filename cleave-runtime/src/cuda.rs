@@ -382,6 +382,13 @@ pub fn workspace_bytes_any(variants: &[Variant], dynamic: &[usize]) -> Result<u6
 pub fn select(ctx: &CudaContext, variants: &[Variant]) -> Result<&'static LaunchPlan, Error> {
     require_driver()?;
     let kernel = variants.first().map_or("?", |v| v.plan.kernel);
+    let (have, smem_optin) = device_limits(ctx, kernel)?;
+    plan::select(variants, have, u64::from(smem_optin))
+}
+
+/// The device's compute capability (major, minor) and the shared memory one block may opt in
+/// to: what picks a plan and what bounds its launches.
+fn device_limits(ctx: &CudaContext, kernel: &'static str) -> Result<((u32, u32), u32), Error> {
     let query = |what: &str, attr| {
         ctx.attribute(attr)
             .map(|v| u32::try_from(v).unwrap_or(0))
@@ -391,7 +398,7 @@ pub fn select(ctx: &CudaContext, variants: &[Variant]) -> Result<&'static Launch
     let major = query("compute capability", A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = query("compute capability", A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let smem = query("shared memory per block", A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
-    plan::select(variants, (major, minor), u64::from(smem))
+    Ok(((major, minor), smem))
 }
 
 /// Scratch device memory a caller lends to [`Loaded::launch`] for Split-K partials, so that
@@ -469,10 +476,9 @@ fn load_in(ctx: &Arc<CudaContext>, fatbin: &Fatbin, plan: &LaunchPlan) -> Result
 }
 
 fn load_module(ctx: &Arc<CudaContext>, fatbin: &Fatbin, kernel: &'static str) -> Result<LoadedModule, Error> {
-    let (major, minor) = ctx
-        .compute_capability()
-        .map_err(|e| Error::Launch { kernel, message: describe("querying the compute capability", e) })?;
-    let have = (u32::try_from(major).unwrap_or(0), u32::try_from(minor).unwrap_or(0));
+    // Asked once per module, so that a plan too large for this GPU fails with its figures
+    // rather than with the driver's bare "invalid value" from the attribute call.
+    let (have, smem_optin) = device_limits(ctx, kernel)?;
     if have.0 < 8 {
         return Err(Error::UnsupportedArch { have, built_for: fatbin.built_for });
     }
@@ -484,12 +490,7 @@ fn load_module(ctx: &Arc<CudaContext>, fatbin: &Fatbin, kernel: &'static str) ->
         },
         _ => Error::Launch { kernel, message: describe("loading the fatbin", e) },
     })?;
-    // Asked once per module, so that a plan too large for this GPU fails with its figures
-    // rather than with the driver's bare "invalid value" from the attribute call.
-    let smem_optin = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        .map_err(|e| Error::Launch { kernel, message: describe("querying the shared memory per block", e) })?;
-    Ok(LoadedModule { module, functions: HashMap::new(), have, smem_optin: u32::try_from(smem_optin).unwrap_or(0) })
+    Ok(LoadedModule { module, functions: HashMap::new(), have, smem_optin })
 }
 
 impl LoadedModule {
