@@ -194,8 +194,13 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                     name: leak_str(&d.name),
                     value: d.value,
                     dynamic: d.dynamic,
-                    derive: d.derive.as_ref().map(|DeriveData::SplitCount { blocks, entries, batch }| {
-                        Derive::SplitCount { blocks: product(blocks), entries: product(entries), batch: *batch }
+                    derive: d.derive.as_ref().map(|DeriveData::SplitCount { blocks, entries, batch, sms }| {
+                        Derive::SplitCount {
+                            blocks: product(blocks),
+                            entries: product(entries),
+                            batch: *batch,
+                            sms: *sms,
+                        }
                     }),
                 })
                 .collect(),

@@ -185,7 +185,7 @@ fn a_dense_split_count_follows_the_extents() {
             .filter(|a| a.dim != split)
             .map(|a| lb.values[a.dim.index()].div_ceil(a.tile).max(1))
             .product();
-        parts.push(cleave_core::plan::requests::split_count(blocks, extents[1].1));
+        parts.push(cleave_core::plan::requests::split_count(blocks, extents[1].1, u64::from(launch.sms)));
         let inputs = random_inputs(&c.declared, &b, 7, &InputScale { default: 11.0, per_input: Vec::new() });
         let want = eval(&c.declared, &b, &inputs).expect("reference");
         let opts = EmuOptions { checks: checks::ALL, schedule: Schedule::RoundRobin };

@@ -399,4 +399,12 @@ fn a_default_build_plans_for_each_kind_of_gpu() {
         compile_variants(&common::shipped("matmul_rowsum_decode"), &Options::default(), &targets).expect("compiles");
     assert_eq!(one.len(), 1, "{:?}", one.iter().map(|v| &v.targets).collect::<Vec<_>>());
     assert_eq!((one[0].targets.len(), one[0].min_cc), (3, 80));
+    // A plan records the SMs of the first GPU it was made for: a split count derived at launch
+    // lands the grid on them in the ranking and the host emulation.
+    let decode = compile_variants(&common::shipped("mha_d64_decode"), &Options::default(), &targets).expect("compiles");
+    for v in &decode {
+        let first = targets.iter().find(|t| t.name == v.targets[0]).expect("a target");
+        assert_eq!(v.compiled.best().sms, first.budget.sms, "{:?}", v.targets);
+    }
+    assert_eq!(decode[0].compiled.best().sms, 132);
 }

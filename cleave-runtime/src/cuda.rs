@@ -401,6 +401,13 @@ fn device_limits(ctx: &CudaContext, kernel: &'static str) -> Result<((u32, u32),
     Ok(((major, minor), smem))
 }
 
+/// The device's SM count, which a launch's split counts are chosen for.
+fn device_sms(ctx: &CudaContext, kernel: &'static str) -> Result<u32, Error> {
+    ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map(|v| u32::try_from(v).unwrap_or(1))
+        .map_err(|e| Error::Launch { kernel, message: describe("querying the SM count", e) })
+}
+
 /// Scratch device memory a caller lends to [`Loaded::launch`] for Split-K partials, so that
 /// the launch itself allocates nothing. One workspace serves any kernel whose
 /// `workspace_bytes` it covers, one launch at a time (launches on one stream are ordered).
@@ -576,7 +583,14 @@ impl<'a> Args<'a> {
     /// order.
     pub fn new(plan: &'a LaunchPlan, stream: &'a Arc<CudaStream>, dynamic: &[usize]) -> Result<Self, Error> {
         require_driver()?;
-        let extents = Extents::new(plan, dynamic)?;
+        // A split count lands the grid evenly on the SMs of the device the stream runs on, not
+        // only of the GPU the plan was made for; only kernels with one ask.
+        let sms = if plan.dims.iter().any(|d| d.derive.is_some()) {
+            Some(device_sms(stream.context(), plan.kernel)?)
+        } else {
+            None
+        };
+        let extents = Extents::on(plan, dynamic, sms)?;
         Ok(Self {
             plan,
             stream,

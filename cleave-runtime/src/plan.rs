@@ -179,36 +179,59 @@ pub enum Derive {
         entries: Product,
         /// The batch dim (`None`: a dense axis).
         batch: Option<u16>,
+        /// The SMs of the GPU the plan was made for, over which the count spreads the grid.
+        sms: u32,
     },
 }
 
-/// Blocks a split-KV launch aims at: two waves of an H200's 132 SMs.
-pub const SPLIT_TARGET_BLOCKS: u64 = 264;
+/// Blocks per SM a split aims at, at least: with two, one block's loads are in flight while
+/// the other's wait, and a grid of that many blocks is at least one full wave.
+pub const SPLIT_BLOCKS_PER_SM: u64 = 2;
 /// The shortest chunk of a request worth a block of its own: 128 entries are 64 KiB of one
 /// 128-wide K/V head in 16 bits, and more than twice that of an MLA latent row.
 pub const SPLIT_MIN_CHUNK: u64 = 128;
 /// The most parts a request is split into.
 pub const SPLIT_MAX: u64 = 32;
+/// What a block of a split costs besides streaming its chunk, in entries of a request
+/// (its partial result stored and read back, its pipeline filled).
+pub const SPLIT_BLOCK_OVERHEAD: u64 = 64;
 
 /// The split count of a per-request dim for a launch whose split kernel has `blocks` blocks
-/// besides the split, over requests of `per_request` entries on average: enough parts to fill
-/// [`SPLIT_TARGET_BLOCKS`], none shorter than [`SPLIT_MIN_CHUNK`], at most [`SPLIT_MAX`]. The
-/// compiler ranks schedules with the same rule.
-pub fn split_count(blocks: u64, per_request: u64) -> u64 {
-    let by_blocks = SPLIT_TARGET_BLOCKS.div_ceil(blocks.max(1));
-    let by_length = (per_request / SPLIT_MIN_CHUNK).max(1);
-    by_blocks.min(by_length).clamp(1, SPLIT_MAX)
+/// besides the split, over requests of `per_request` entries on average, on a GPU of `sms`
+/// SMs: of the counts from [`SPLIT_BLOCKS_PER_SM`] blocks per SM up to chunks of
+/// [`SPLIT_MIN_CHUNK`] entries (at most [`SPLIT_MAX`]), the one that gives the busiest SM the
+/// least work: `ceil(blocks·s / sms)` blocks of `per_request / s` entries and
+/// [`SPLIT_BLOCK_OVERHEAD`] each. The compiler ranks schedules with the same rule.
+pub fn split_count(blocks: u64, per_request: u64, sms: u64) -> u64 {
+    // Bounded so that the products below cannot overflow; no launch comes near the bounds.
+    let blocks = blocks.clamp(1, 1 << 32);
+    let sms = sms.clamp(1, 1 << 16);
+    let per_request = per_request.min(1 << 48);
+    let most = (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX);
+    let least = (SPLIT_BLOCKS_PER_SM * sms).div_ceil(blocks).clamp(1, most);
+    // The busiest SM's work with `s` parts, times `s` (its blocks, each `per_request / s`
+    // entries and the overhead), so that counts compare exactly by cross-multiplication.
+    let work = |s: u64| u128::from((blocks * s).div_ceil(sms)) * u128::from(per_request + SPLIT_BLOCK_OVERHEAD * s);
+    (least..=most).fold(least, |best, s| if work(s) * u128::from(best) < work(best) * u128::from(s) { s } else { best })
 }
 
-/// Fills in the derived extents of `values` (one per dim, the others already set).
+/// Fills in the derived extents of `values` (one per dim, the others already set), for the
+/// SM count the plan was made for.
 pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
+    derive_extents_on(plan, values, None);
+}
+
+/// [`derive_extents`] for a device of `sms` SMs when given (a launch knows the device it runs
+/// on; a plan made for 132 SMs also runs on GPUs of 114 or 78), else for the plan's.
+pub fn derive_extents_on(plan: &LaunchPlan, values: &mut [u64], sms: Option<u32>) {
     for (i, dim) in plan.dims.iter().enumerate() {
-        let Some(Derive::SplitCount { blocks, entries, batch }) = dim.derive else { continue };
+        let Some(Derive::SplitCount { blocks, entries, batch, sms: planned }) = dim.derive else { continue };
+        let sms = sms.unwrap_or(planned);
         let b = blocks.eval(values).unwrap_or(1);
         let e = entries.eval(values).unwrap_or(0);
         let n = batch.and_then(|b| values.get(usize::from(b)).copied()).unwrap_or(1).max(1);
         if let Some(slot) = values.get_mut(i) {
-            *slot = split_count(b, e / n);
+            *slot = split_count(b, e / n, u64::from(sms));
         }
     }
 }
@@ -605,6 +628,12 @@ pub struct Extents {
 impl Extents {
     /// What [`extents`] computes, without allocating (except for the message of an error).
     pub fn new(plan: &LaunchPlan, dynamic: &[usize]) -> Result<Self, Error> {
+        Self::on(plan, dynamic, None)
+    }
+
+    /// [`Extents::new`] with the split counts chosen for a device of `sms` SMs when given (see
+    /// [`derive_extents_on`]).
+    pub fn on(plan: &LaunchPlan, dynamic: &[usize], sms: Option<u32>) -> Result<Self, Error> {
         plan.validate()?;
         let expected = plan.dynamic_dims().count();
         if dynamic.len() != expected {
@@ -633,7 +662,7 @@ impl Extents {
             *slot = value;
         }
         let len = out.len;
-        derive_extents(plan, &mut out.values[..len]);
+        derive_extents_on(plan, &mut out.values[..len], sms);
         for tensor in plan.inputs.iter().chain(plan.outputs) {
             tensor.elements(plan, &out)?;
         }

@@ -205,6 +205,7 @@ static SPLIT: LaunchPlan = LaunchPlan {
                 blocks: Product(&[Factor::Dim(0), Factor::Const(8)]),
                 entries: Product(&[Factor::Dim(1)]),
                 batch: Some(0),
+                sms: 132,
             }),
         },
     ],
@@ -217,14 +218,14 @@ static SPLIT: LaunchPlan = LaunchPlan {
 
 #[test]
 fn split_counts_follow_the_extents_and_the_workspace_bound_covers_smaller_ones() {
-    // 264 blocks wanted: 16 requests × 8 blocks want 3 parts (of 1024 entries each, 4 would be
-    // allowed); one request wants 33, capped at 32; requests of fewer than 256 entries (two
-    // chunks of 128) are not split.
+    // Two blocks on each of 132 SMs wanted: 16 requests × 8 blocks want 3 parts (of 1024 entries
+    // each; up to 8 would be allowed, and none lands more evenly); one request wants 33, capped
+    // at 32; requests of fewer than 256 entries (two chunks of 128) are not split.
     assert_eq!(extents(&SPLIT, &[16, 16 * 1024]).unwrap()[2], 3);
     assert_eq!(extents(&SPLIT, &[1, 65536]).unwrap()[2], 32);
     assert_eq!(extents(&SPLIT, &[16, 16 * 200]).unwrap()[2], 1);
-    assert_eq!(cleave_runtime::split_count(128, 4096 / 16), 2);
-    assert_eq!(cleave_runtime::split_count(128, 4096 / 32), 1);
+    assert_eq!(cleave_runtime::split_count(128, 4096 / 16, 132), 2);
+    assert_eq!(cleave_runtime::split_count(128, 4096 / 32, 132), 1);
     // A workspace sized for some extents holds every launch at smaller ones, though a smaller
     // batch takes more parts per request.
     let bound = |d: &[u64]| {
@@ -241,5 +242,28 @@ fn split_counts_follow_the_extents_and_the_workspace_bound_covers_smaller_ones()
         for entries in [1, 300, 4096, 60000] {
             assert!(need(&[b, entries]) <= bound(&[16, 60000]), "b={b} entries={entries}");
         }
+    }
+}
+
+#[test]
+fn a_launch_splits_for_the_sms_of_its_device() {
+    // The plan was made for 132 SMs; the launcher on a device of another count spreads the
+    // grid over that device's SMs instead, and the workspace bound holds for every device.
+    use cleave_runtime::plan::Extents;
+    let parts = |d: &[usize], sms: Option<u32>| Extents::on(&SPLIT, d, sms).unwrap()[2];
+    // 4 requests × 8 blocks: 32 blocks want 9 parts on 132 SMs, but 12 land them evenly (three
+    // on every SM but 12); a 108-SM device takes 10 (320 blocks, at most three each), a
+    // 16-SM one needs only 1.
+    assert_eq!(parts(&[4, 4 * 4096], None), 12);
+    assert_eq!(parts(&[4, 4 * 4096], Some(132)), 12);
+    assert_eq!(parts(&[4, 4 * 4096], Some(108)), 10);
+    assert_eq!(parts(&[4, 4 * 4096], Some(16)), 1);
+    let bound = Extents::new(&SPLIT, &[4, 4 * 4096]).unwrap().with_largest_splits(&SPLIT);
+    for sms in [1, 16, 46, 78, 108, 114, 132, 170, 4096] {
+        let e = Extents::on(&SPLIT, &[4, 4 * 4096], Some(sms)).unwrap();
+        assert!(
+            SPLIT.workspaces[0].len.eval(&e).unwrap() <= SPLIT.workspaces[0].len.eval(&bound).unwrap(),
+            "{sms} SMs"
+        );
     }
 }

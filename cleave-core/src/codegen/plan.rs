@@ -77,7 +77,8 @@ pub struct DimData {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum DeriveData {
     /// The split count of a per-request or dynamic dim: [`crate::plan::requests::split_count`]
-    /// of the split kernel's other blocks and the entries a request has on average.
+    /// of the split kernel's other blocks, the entries a request has on average and the SMs
+    /// the plan is for.
     SplitCount {
         /// The split kernel's blocks besides the split.
         blocks: Vec<FactorData>,
@@ -85,6 +86,8 @@ pub enum DeriveData {
         entries: Vec<FactorData>,
         /// The batch dim (`None`: a dense axis, one request).
         batch: Option<u16>,
+        /// The SMs the grid is spread over.
+        sms: u32,
     },
 }
 
@@ -376,14 +379,14 @@ fn split_rule(
     }
     // A dense axis is one request of its whole extent.
     let Some(pr) = dims.get(of).per_request.as_ref() else {
-        return Ok(DeriveData::SplitCount { blocks, entries: vec![factor(of)?], batch: None });
+        return Ok(DeriveData::SplitCount { blocks, entries: vec![factor(of)?], batch: None, sms: launch.sms });
     };
     let entries = match &pr.kind {
         PerRequestKind::Ragged { total: Some(t), .. } => vec![factor(*t)?],
         PerRequestKind::Ragged { total: None, .. } => vec![FactorData::Const(dims.get(of).value), factor(pr.batch)?],
         PerRequestKind::Paged { indices, page_size, .. } => vec![factor(indices.len)?, FactorData::Const(*page_size)],
     };
-    Ok(DeriveData::SplitCount { blocks, entries, batch: Some(index(pr.batch)?) })
+    Ok(DeriveData::SplitCount { blocks, entries, batch: Some(index(pr.batch)?), sms: launch.sms })
 }
 
 impl PlanData {
@@ -439,8 +442,8 @@ impl PlanData {
             .map(|d| {
                 let derive = match &d.derive {
                     None => "::core::option::Option::None".to_string(),
-                    Some(DeriveData::SplitCount { blocks, entries, batch }) => format!(
-                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {} }})",
+                    Some(DeriveData::SplitCount { blocks, entries, batch, sms }) => format!(
+                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {}, sms: {sms} }})",
                         factors(blocks),
                         factors(entries),
                         match batch {

@@ -120,7 +120,7 @@ pub fn compile_variants(
     for t in targets {
         let compiled = rank(declared, found.clone(), &Targets::new(&[t.budget]), opts.top_k, &prefix)?;
         match out.last_mut() {
-            Some(last) if last.compiled.best() == compiled.best() => {
+            Some(last) if last.compiled.best().same_plan(compiled.best()) => {
                 last.targets.push(t.name.clone());
                 last.min_cc = last.min_cc.min(t.min_cc);
             }

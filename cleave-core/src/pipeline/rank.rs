@@ -186,7 +186,7 @@ fn plan_kernel(
             let cost = if runtime {
                 let mut kernels = earlier.to_vec();
                 kernels.push((&planned.kernel, planned.registers));
-                let declared = at_workload(&g.dims, g.dims.clone(), &kernels);
+                let declared = at_workload(&g.dims, g.dims.clone(), &kernels, targets.fit.sms);
                 kernel_cost_on(&planned.kernel, &declared, planned.registers, targets)
             } else {
                 kernel_cost_on(&planned.kernel, &g.dims, planned.registers, targets)
@@ -229,7 +229,7 @@ pub fn candidates(
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
             // The kernels' own figures are those of the declared extents, with the split
             // counts the launcher would choose for them: what `cleave schedule` reports.
-            let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels);
+            let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels, targets.fit.sms);
             let costs = kernels.iter().map(|(k, regs)| kernel_cost_on(k, &declared, *regs, targets)).collect();
             (workload_seconds(&graph.dims, &kernels, targets), costs)
         } else {
@@ -242,7 +242,7 @@ pub fn candidates(
             let tiled = Tiled { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph };
             schedules.push(KernelSchedule::Tiled(Box::new(tiled)));
         }
-        match assemble(graph, &part, planned, symbol_prefix) {
+        match assemble(graph, &part, planned, symbol_prefix, targets.fit.sms) {
             Ok(launch) => out.push(Candidate { launch, schedules, costs, seconds }),
             Err(e) => stats.count(e.kind(), 1),
         }
@@ -257,15 +257,15 @@ pub fn candidates(
 fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &Targets) -> f64 {
     let mut total = 0.0;
     for table in requests::workloads(dims) {
-        let table = at_workload(dims, table, kernels);
+        let table = at_workload(dims, table, kernels, targets.fit.sms);
         total += kernels.iter().map(|(k, regs)| kernel_cost_on(k, &table, *regs, targets).seconds).sum::<f64>();
     }
     total
 }
 
-/// A workload's dim table with the split counts a launch would choose for it, and the chunks
-/// that follow from them.
-fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)]) -> DimTable {
+/// A workload's dim table with the split counts a launch would choose for it on a GPU of
+/// `sms` SMs, and the chunks that follow from them.
+fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)], sms: u32) -> DimTable {
     let counts: Vec<DimVar> = table.iter().map(|(v, _)| v).filter(|v| requests::is_runtime_split(dims, *v)).collect();
     for v in counts {
         let DimKind::SplitCount { of } = table.get(v).kind else { continue };
@@ -273,7 +273,7 @@ fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u6
         let blocks: u64 =
             k.grid.iter().filter(|a| a.dim != v).map(|a| table.get(a.dim).value.div_ceil(a.tile).max(1)).product();
         let per = requests::per_request_entries(&table, of, &|d| table.get(d).value);
-        table.get_mut(v).value = requests::split_count(blocks, per);
+        table.get_mut(v).value = requests::split_count(blocks, per, u64::from(sms));
     }
     // Chunks follow their axis and count.
     let chunks: Vec<(DimVar, DimVar, DimVar)> = table
@@ -292,7 +292,7 @@ fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u6
 /// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph
 /// has, ranked against the fused ones.
 pub fn fallback_candidate(graph: &ValidGraph, targets: &Targets, symbol_prefix: &str) -> Result<Candidate, PlanError> {
-    let launch = fallback(graph, symbol_prefix)?;
+    let launch = fallback(graph, symbol_prefix, targets.fit.sms)?;
     let costs: Vec<Cost> =
         launch.kernels.iter().zip(&launch.registers).map(|(k, r)| cost_on(k, &graph.dims, *r, targets)).collect();
     let seconds = costs.iter().map(|c| c.seconds).sum();

@@ -106,6 +106,10 @@ pub struct Launch {
     pub workspaces: Vec<Workspace>,
     /// Per kernel: estimated registers per thread.
     pub registers: Vec<u64>,
+    /// The SMs of the GPU the launch is planned for: a split count derived from the extents
+    /// ([`split_count`](crate::plan::requests::split_count)) lands the grid evenly on them in
+    /// the ranking and the host emulation; a launch on a device uses the device's count.
+    pub sms: u32,
 }
 
 impl Launch {
@@ -120,6 +124,16 @@ impl Launch {
     /// The dim table every kernel's shapes refer to.
     pub fn dims(&self) -> &DimTable {
         &self.graph.dims
+    }
+
+    /// Whether `other` is the same plan: equal in everything but the SM count it was made for.
+    /// That count only sets the split counts of the host emulation (a launch on a device
+    /// splits for the device's own SMs), so two GPUs whose best kernels agree share them.
+    pub fn same_plan(&self, other: &Launch) -> bool {
+        self.graph == other.graph
+            && self.kernels == other.kernels
+            && self.workspaces == other.workspaces
+            && self.registers == other.registers
     }
 }
 
@@ -151,12 +165,13 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
 }
 
 /// Assembles the planned kernels of a partition (each planned with [`kernel_io`]) into a
-/// launch, naming kernel `k` `{symbol_prefix}_{k}`.
+/// launch for a GPU of `sms` SMs, naming kernel `k` `{symbol_prefix}_{k}`.
 pub fn assemble(
     graph: &ValidGraph,
     part: &Partition,
     planned: Vec<Planned>,
     symbol_prefix: &str,
+    sms: u32,
 ) -> Result<Launch, PlanError> {
     let mut workspaces = part.workspaces.clone();
     let mut scaled: Vec<Binding> = Vec::new();
@@ -177,15 +192,16 @@ pub fn assemble(
     if scaled.iter().any(|s| !part.kernels.iter().any(|kg| kg.inputs.contains(s))) {
         return Err(PlanError::UnmergedScaledPartial);
     }
-    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers })
+    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms })
 }
 
 /// Registers per thread a stage kernel is estimated to need: a few extended-exponent values
 /// and the index arithmetic.
 const STAGE_REGISTERS: u64 = 48;
 
-/// The fallback launch of `graph`: its stages, kernel `k` named `{symbol_prefix}_{k}`.
-pub fn fallback(graph: &ValidGraph, symbol_prefix: &str) -> Result<Launch, PlanError> {
+/// The fallback launch of `graph` for a GPU of `sms` SMs: its stages, kernel `k` named
+/// `{symbol_prefix}_{k}`.
+pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, sms: u32) -> Result<Launch, PlanError> {
     let (stages, workspaces) = stages(graph)?;
     let kernels: Vec<Kernel> = stages
         .into_iter()
@@ -197,5 +213,5 @@ pub fn fallback(graph: &ValidGraph, symbol_prefix: &str) -> Result<Launch, PlanE
         })
         .collect();
     let registers = vec![STAGE_REGISTERS; kernels.len()];
-    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers })
+    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms })
 }
