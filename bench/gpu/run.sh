@@ -9,6 +9,7 @@
 #   OUT                where results go (default bench/gpu/out)
 #   CLEAVE_BENCH_DATA  the check's raw tensors, kept off $OUT because they are large
 #                      (default /tmp/cleave-gpu-bench-data)
+#   PROBE_LIMIT_S      time limit of the memory-system probe, bin/probe (default 60)
 #   BENCH_LIMIT_S      time limit of the bench binary (default 120)
 #   COMPARE_LIMIT_S    time limit of compare.py (default 180)
 #   COMPARE_BUDGET_S   compare.py's own budget: torch.compile cases that would not fit it are
@@ -39,6 +40,15 @@ fi
   nproc
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
+
+# The memory-system probe first (a few seconds): what the cost model's bandwidth constants
+# should be on this GPU, measured before anything else has warmed it.
+if [[ -x "$here/bin/probe" ]]; then
+  timeout --kill-after=5 "${PROBE_LIMIT_S:-60}" "$here/bin/probe" --json "$out/probe.json" >"$out/probe.md" 2>&1
+  echo "run.sh: probe exited with $? (124: stopped at its time limit); its tables are probe.md"
+else
+  echo "run.sh: $here/bin/probe is missing; the memory-system probe is skipped (see bench/gpu/README.md)"
+fi
 
 # shellcheck disable=SC2086 # BENCH_ARGS and COMPARE_ARGS are option lists, split on purpose.
 timeout --kill-after=10 "${BENCH_LIMIT_S:-120}" \
