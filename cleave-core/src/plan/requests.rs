@@ -38,9 +38,9 @@ pub const SPLIT_BLOCK_OVERHEAD: u64 = 64;
 ///
 /// The counts worth having lie between enough parts for [`SPLIT_BLOCKS_PER_SM`] blocks per
 /// SM and as many as leave no chunk shorter than [`SPLIT_MIN_CHUNK`] (at most
-/// [`SPLIT_MAX`]); when the first exceeds the second, the second wins. Among them the count is chosen by the
-/// work of the busiest SM, which the launch lasts as long as: with `s` parts it runs
-/// `ceil(blocks·s / sms)` blocks, each streaming `per_request / s` entries and paying
+/// [`SPLIT_MAX`]); when the first exceeds the second, the second wins. Among them the count
+/// is chosen by the work of the busiest SM, which the launch lasts as long as: with `s` parts
+/// it runs `ceil(blocks·s / sms)` blocks, each streaming `per_request / s` entries and paying
 /// [`SPLIT_BLOCK_OVERHEAD`]. A grid of 288 blocks on 132 SMs leaves the busiest SM three blocks
 /// where the average is 2.2; 384 blocks give it three of a quarter less work each.
 pub fn split_count(blocks: u64, per_request: u64, sms: u64) -> u64 {
