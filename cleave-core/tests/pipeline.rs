@@ -5,7 +5,7 @@
 mod common;
 
 use cleave_core::arch::{SM80, SM90};
-use cleave_core::graph::{Bindings, ReduceOp};
+use cleave_core::graph::{Bindings, Dim, ReduceOp};
 use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
 use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
@@ -155,6 +155,86 @@ fn decode_blocks_keep_four_warps_busy() {
             assert!(parts.iter().filter(|p| matches!(p.op, MergeOp::Scaled(_))).count() >= 2, "{name}");
         }
     }
+}
+
+#[test]
+fn mla_decode_is_one_kernel_that_reads_each_latent_tile_once() {
+    // MLA's latent cache is both the keys (with its rotary part) and the values, 512 wide. A
+    // reduction tile of the whole width lets one tile of it serve the scores and the output
+    // product, so every plan of a default build streams each tile of `kv` once per block and
+    // passes the probabilities to the warps that own slices of the 512-wide output through
+    // shared memory (`Stage`), never writing the scores to memory. The H200's plan gives 32
+    // heads to a block of eight warps, four across the output's columns.
+    let targets = ArchSet::default().plan_targets();
+    let variants = compile_variants(&common::shipped("mla_decode"), &Options::default(), &targets).expect("compiles");
+    for v in &variants {
+        let l = v.compiled.best();
+        let k = l.kernels[0].tile().expect("a tile kernel");
+        let lp = loops(&k.body);
+        assert_eq!(lp.len(), 1, "{:?}: one loop", v.targets);
+        let body = loop_body(lp[0]);
+        // Loads of `kv` in the loop, nested loops included (a narrower depth tile would load
+        // a slice of it again for the scores).
+        fn kv_loads(k: &TileKernel, body: &[Stmt]) -> usize {
+            body.iter()
+                .map(|s| match s {
+                    Stmt::Load { param, .. } => usize::from(k.params[param.0 as usize].name == "kv"),
+                    Stmt::Loop { body, .. } => kv_loads(k, body),
+                    _ => 0,
+                })
+                .sum()
+        }
+        assert_eq!(kv_loads(k, body), 1, "{:?}: kv loaded once per tile", v.targets);
+        assert!(body.iter().any(|s| matches!(s, Stmt::Stage { .. })), "{:?}: P staged", v.targets);
+        // No workspace holds a score per key: a split's partials are per head and width.
+        let dims = l.dims();
+        for w in &l.workspaces {
+            let keyed = w.shape.iter().any(|d| matches!(d, Dim::Var(v) if dims.get(*v).name == "l"));
+            assert!(!keyed, "{:?}: workspace {} over the keys", v.targets, w.name);
+        }
+    }
+    assert_eq!(variants[0].targets[0], "sm_90");
+    let k = variants[0].compiled.best().kernels[0].tile().expect("a tile kernel");
+    assert_eq!((k.rows, k.warps.m, k.warps.n), (32, 2, 4), "{:?}", k.warps);
+}
+
+#[test]
+fn a_grid_resident_at_once_reads_its_shared_tiles_from_dram_once() {
+    // MLA decode unsplit on an H200, 16 heads a block: 128 blocks, eight per request, each
+    // streaming its request's whole latent cache. The grid is resident at once, so the eight
+    // read each tile side by side and L2 serves seven of them, however large the cache: the
+    // estimate does not depend on the L2's size. Over two waves the readers of a tile are apart
+    // in time, and then only a tensor L2 holds is read once.
+    let opts = Options { archs: vec![SM90], ..Options::default() };
+    let c = compile(&common::shipped("mla_decode"), &opts).expect("compiles");
+    let r = c
+        .ranked
+        .iter()
+        .find(|r| r.candidate.launch.kernels.len() == 1 && r.candidate.costs[0].blocks == 128)
+        .expect("an unsplit candidate of 128 blocks");
+    let l = &r.candidate.launch;
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    let regs = l.registers[0];
+    let at = |arch: &cleave_core::arch::Arch| kernel_cost(k, l.dims(), regs, arch);
+    // A GPU whose DRAM is slow next to what its SMs stream and issue, so that what is
+    // fetched from DRAM bounds.
+    let fast = cleave_core::arch::Arch {
+        sm_dram_bandwidth: 4.0 * SM90.sm_dram_bandwidth,
+        dram_bandwidth: SM90.dram_bandwidth / 4.0,
+        ..SM90
+    };
+    let one = at(&fast);
+    assert_eq!(one.waves, 1, "{one:?}");
+    let small_l2 = at(&cleave_core::arch::Arch { l2_bytes: 1 << 20, ..fast });
+    assert_eq!(one.seconds, small_l2.seconds);
+    // Were every block's tiles fetched from DRAM, the wave would take longer than estimated.
+    let all = one.gmem_bytes as f64 / fast.dram_bandwidth;
+    assert!(one.seconds < all, "{one:?}: {all} s to fetch every block's tiles");
+    let half = cleave_core::arch::Arch { sms: SM90.sms / 2, ..fast };
+    let two = at(&half);
+    assert_eq!(two.waves, 2, "{two:?}");
+    let large_l2 = at(&cleave_core::arch::Arch { l2_bytes: 1 << 32, ..half });
+    assert!(large_l2.seconds < two.seconds, "{large_l2:?} {two:?}");
 }
 
 #[test]

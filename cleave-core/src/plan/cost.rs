@@ -101,6 +101,16 @@ fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
     dims.get(d).value.div_ceil(tile).max(1)
 }
 
+/// Blocks of a kernel resident on one SM at once: what its shared memory, registers and
+/// threads allow.
+fn resident_blocks(k: &TileKernel, registers: u64, arch: &Arch) -> u64 {
+    let threads = u64::from(k.warps.threads());
+    let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
+    let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
+    let by_threads = u64::from(arch.threads_per_sm) / threads;
+    by_smem.min(by_regs).min(by_threads).clamp(1, 32)
+}
+
 /// Registers below the budget within which an estimate counts as a risk of spilling.
 const REGISTER_MARGIN: u64 = 16;
 /// What that risk adds to a kernel's estimated seconds.
@@ -116,13 +126,16 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     let Tally { bytes, mma, simt, iterations, turns, smem, copied, .. } = t;
     // The bytes of one block that come from DRAM: a tile that every block along some grid axes
     // reads alike is fetched once for them while the tensor fits in L2 (with room for the
-    // rest of the traffic), and the other blocks find it there.
+    // rest of the traffic), and the other blocks find it there. A grid that is resident at
+    // once needs less: its blocks stream their shared tiles side by side, so L2 holds only
+    // the distance between the first and the last reader of a tile, whatever the tensor.
+    let slots_at_once = u64::from(arch.sms) * resident_blocks(k, registers, arch);
     let fetched: f64 = t
         .reads
         .iter()
         .map(|&(b, shared)| {
             let unique = b * blocks / shared;
-            if shared > 1 && unique <= arch.l2_bytes / 2 {
+            if shared > 1 && (unique <= arch.l2_bytes / 2 || blocks <= slots_at_once) {
                 b as f64 / shared as f64
             } else {
                 b as f64
@@ -135,10 +148,7 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
         + copied as f64 / 512.0 * Issue::PER_COPY
         + simt as f64 / 128.0
         + (iterations * warps) as f64 * Issue::PER_ITERATION;
-    let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
-    let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);
-    let by_threads = u64::from(arch.threads_per_sm) / threads;
-    let blocks_per_sm = by_smem.min(by_regs).min(by_threads).clamp(1, 32);
+    let blocks_per_sm = resident_blocks(k, registers, arch);
     let sms = u64::from(arch.sms);
     let slots = sms * blocks_per_sm;
     let per_sm = |total: f64| total / f64::from(arch.sms);

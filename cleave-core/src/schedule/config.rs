@@ -124,7 +124,11 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
         } else {
             let e = info.value;
             let mut c = Vec::new();
-            if e <= 256 {
+            // A contracted axis that is also an output's last axis (MLA's latent width, up to
+            // 512: the keys and the values are one tensor) may be read whole for the product
+            // too, so that one tile serves both and nothing is loaded twice.
+            let output_axis = g.outputs.iter().any(|o| g.shape(o.node).last() == Some(&Dim::Var(v)));
+            if e <= 256 || (e <= 512 && output_axis) {
                 c.push(e);
             }
             c.extend(RED_TILES.into_iter().filter(|t| *t < e));
@@ -165,7 +169,14 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
         .flat_map(|c| {
             let rows = row_count(g, &c);
             let mut v = vec![TileConfig { warps: 4, ..c.clone() }];
-            if rows >= 128 {
+            // Eight warps need 128 rows to stack down, or an output row wide enough to give
+            // column warps their share: 32 rows of 512 columns (MLA's latent width) would hold
+            // 128 f32 accumulators a thread over four warps, and eight halve that.
+            let wide = g.outputs.iter().any(|o| match g.shape(o.node).last() {
+                Some(Dim::Var(v)) => c.out.get(v).copied().unwrap_or(g.dims.get(*v).value) >= 512,
+                _ => false,
+            });
+            if rows >= 128 || (rows >= 32 && wide) {
                 v.push(TileConfig { warps: 8, ..c });
             }
             v
