@@ -9,6 +9,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
@@ -403,9 +404,38 @@ fn device_limits(ctx: &CudaContext, kernel: &'static str) -> Result<((u32, u32),
 
 /// The device's SM count, which a launch's split counts are chosen for.
 fn device_sms(ctx: &CudaContext, kernel: &'static str) -> Result<u32, Error> {
-    ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map(|v| u32::try_from(v).unwrap_or(1))
-        .map_err(|e| Error::Launch { kernel, message: describe("querying the SM count", e) })
+    remembered_sms(&SM_COUNTS, ctx.ordinal(), || {
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map(|v| u32::try_from(v).unwrap_or(1).max(1))
+            .map_err(|e| Error::Launch { kernel, message: describe("querying the SM count", e) })
+    })
+}
+
+/// Devices whose SM count is remembered; a process with more asks the driver on every launch.
+const REMEMBERED_DEVICES: usize = 16;
+
+/// The SM count of each device ordinal once asked, 0 before. A launch with a split count
+/// needs it every call, and a device's count never changes while the process runs, so only
+/// the first launch on a device pays for the driver call.
+static SM_COUNTS: [AtomicU32; REMEMBERED_DEVICES] = [const { AtomicU32::new(0) }; REMEMBERED_DEVICES];
+
+/// Device `ordinal`'s SM count from `table`, asking `query` only the first time (or every
+/// time, past the table's end). Two threads that ask at once both query and store the same
+/// value, which is harmless.
+fn remembered_sms(
+    table: &[AtomicU32],
+    ordinal: usize,
+    query: impl FnOnce() -> Result<u32, Error>,
+) -> Result<u32, Error> {
+    let Some(slot) = table.get(ordinal) else { return query() };
+    match slot.load(Ordering::Relaxed) {
+        0 => {
+            let sms = query()?;
+            slot.store(sms, Ordering::Relaxed);
+            Ok(sms)
+        }
+        sms => Ok(sms),
+    }
 }
 
 /// Scratch device memory a caller lends to [`Loaded::launch`] for Split-K partials, so that
@@ -867,6 +897,35 @@ mod tests {
 
     fn run(dynamic: &[usize], workspace: (DevPtr, u64), log: &mut Vec<Recorded>) -> Result<(), Error> {
         run_view(dynamic, None, workspace, log)
+    }
+
+    #[test]
+    fn a_devices_sm_count_is_asked_of_the_driver_once() {
+        let table = [const { AtomicU32::new(0) }; 2];
+        let asked = Cell::new(0);
+        let query = |sms| {
+            asked.set(asked.get() + 1);
+            Ok(sms)
+        };
+        assert_eq!(remembered_sms(&table, 1, || query(132)).unwrap(), 132);
+        // Later launches on device 1 reuse the count, whatever the driver would say now.
+        assert_eq!(remembered_sms(&table, 1, || query(7)).unwrap(), 132);
+        assert_eq!(asked.get(), 1);
+        // Device 0 has its own count.
+        assert_eq!(remembered_sms(&table, 0, || query(108)).unwrap(), 108);
+        assert_eq!(asked.get(), 2);
+        // A failed query is not remembered, and the error reaches the caller.
+        let fresh = [const { AtomicU32::new(0) }; 1];
+        let failed = remembered_sms(&fresh, 0, || Err(Error::Launch { kernel: "k", message: "gone".into() }));
+        assert!(matches!(failed, Err(Error::Launch { kernel: "k", .. })));
+        assert_eq!(remembered_sms(&fresh, 0, || query(114)).unwrap(), 114);
+        // Past the table's end every launch asks.
+        assert_eq!(remembered_sms(&table, 5, || query(78)).unwrap(), 78);
+        assert_eq!(remembered_sms(&table, 5, || query(78)).unwrap(), 78);
+        assert_eq!(asked.get(), 5);
+        // Remembering allocates nothing.
+        let (r, allocations) = allocations_during(|| remembered_sms(&table, 1, || query(1)));
+        assert_eq!((r.unwrap(), allocations), (132, 0));
     }
 
     #[test]

@@ -129,13 +129,15 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     // rest of the traffic), and the other blocks find it there. A grid that is resident at
     // once needs less: its blocks stream their shared tiles side by side, so L2 holds only
     // the distance between the first and the last reader of a tile, whatever the tensor.
-    let slots_at_once = u64::from(arch.sms) * resident_blocks(k, registers, arch);
+    let blocks_per_sm = resident_blocks(k, registers, arch);
+    let sms = u64::from(arch.sms);
+    let slots = sms * blocks_per_sm;
     let fetched: f64 = t
         .reads
         .iter()
         .map(|&(b, shared)| {
             let unique = b * blocks / shared;
-            if shared > 1 && (unique <= arch.l2_bytes / 2 || blocks <= slots_at_once) {
+            if shared > 1 && (unique <= arch.l2_bytes / 2 || blocks <= slots) {
                 b as f64 / shared as f64
             } else {
                 b as f64
@@ -148,9 +150,6 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
         + copied as f64 / 512.0 * Issue::PER_COPY
         + simt as f64 / 128.0
         + (iterations * warps) as f64 * Issue::PER_ITERATION;
-    let blocks_per_sm = resident_blocks(k, registers, arch);
-    let sms = u64::from(arch.sms);
-    let slots = sms * blocks_per_sm;
     let per_sm = |total: f64| total / f64::from(arch.sms);
     // One wave of `n` blocks: the GPU spreads them over the SMs, so the busiest SM holds
     // `r` of them and the wave lasts as long as that SM's work under the slowest of its

@@ -3,7 +3,7 @@
 //! Ladders are aligned to the `mma` shape (16) and to 16-byte transactions; dynamic axes take
 //! tiles from a fixed ladder and are predicated, never divisors of one representative size.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::tmap::reduced_dim;
 use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId, Op};
@@ -104,6 +104,15 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
         };
         out_choices.push((v, choices));
     }
+    // The dims that are some output's last axis: its rows' width.
+    let output_last: BTreeSet<DimVar> = g
+        .outputs
+        .iter()
+        .filter_map(|o| match g.shape(o.node).last() {
+            Some(Dim::Var(v)) => Some(*v),
+            _ => None,
+        })
+        .collect();
     // Reductions grouped by the dim they reduce share one tile.
     let mut classes: BTreeMap<DimVar, (Vec<NodeId>, bool)> = BTreeMap::new();
     for id in g.ids() {
@@ -127,8 +136,7 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             // A contracted axis that is also an output's last axis (MLA's latent width, up to
             // 512: the keys and the values are one tensor) may be read whole for the product
             // too, so that one tile serves both and nothing is loaded twice.
-            let output_axis = g.outputs.iter().any(|o| g.shape(o.node).last() == Some(&Dim::Var(v)));
-            if e <= 256 || (e <= 512 && output_axis) {
+            if e <= 256 || (e <= 512 && output_last.contains(&v)) {
                 c.push(e);
             }
             c.extend(RED_TILES.into_iter().filter(|t| *t < e));
@@ -172,10 +180,7 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             // Eight warps need 128 rows to stack down, or an output row wide enough to give
             // column warps their share: 32 rows of 512 columns (MLA's latent width) would hold
             // 128 f32 accumulators a thread over four warps, and eight halve that.
-            let wide = g.outputs.iter().any(|o| match g.shape(o.node).last() {
-                Some(Dim::Var(v)) => c.out.get(v).copied().unwrap_or(g.dims.get(*v).value) >= 512,
-                _ => false,
-            });
+            let wide = output_last.iter().any(|v| c.out.get(v).copied().unwrap_or(g.dims.get(*v).value) >= 512);
             if rows >= 128 || (rows >= 32 && wide) {
                 v.push(TileConfig { warps: 8, ..c });
             }
