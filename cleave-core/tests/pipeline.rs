@@ -7,7 +7,7 @@ mod common;
 use cleave_core::arch::{SM80, SM90};
 use cleave_core::graph::{Bindings, Dim, ReduceOp};
 use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
-use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Stmt, TileKernel};
+use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Src, Stmt, TileKernel};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 use cleave_core::toolchain::ArchSet;
 
@@ -198,6 +198,105 @@ fn mla_decode_is_one_kernel_that_reads_each_latent_tile_once() {
     assert_eq!((k.rows, k.warps.m, k.warps.n), (32, 2, 4), "{:?}", k.warps);
 }
 
+/// The `Src::Column` reads of an expression: a vector multiplied into every row.
+fn column_reads(e: &Expr) -> usize {
+    match e {
+        Expr::Src(Src::Column(_)) => 1,
+        Expr::Src(_) => 0,
+        Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => column_reads(a),
+        Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => column_reads(a) + column_reads(b),
+    }
+}
+
+/// The row reductions of a body that multiply a vector into every row, nested loops included.
+fn matvecs(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::RowReduce { expr, .. } => usize::from(column_reads(expr) > 0),
+            Stmt::Loop { body, .. } => matvecs(body),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn the_gemv_the_search_finds_for_a_rowsum_of_a_product_is_scheduled() {
+    // `sum(matmul(x, w), axis=-1)` is `matmul(x, sum(w, axis=-1))`: the search finds it, and it
+    // is scheduled as two tile kernels, the row sums of `w` stored by the first and every row
+    // of `x` multiplied by them in the second, on every plan of a default build: at the
+    // prefill's 4096 rows the model ranks it above the product form, and nothing runs in the
+    // fallback.
+    let targets = ArchSet::default().plan_targets();
+    let g = common::shipped("matmul_rowsum_prefill");
+    let variants = compile_variants(&g, &Options::default(), &targets).expect("compiles");
+    for v in &variants {
+        let l = v.compiled.best();
+        assert_eq!(l.kernels.len(), 2, "{:?}", v.targets);
+        let sums = l.kernels[0].tile().expect("a tile kernel");
+        let names: Vec<&str> = sums.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["w", "ws0"], "{:?}: the first kernel reads w alone", v.targets);
+        assert_eq!(l.workspaces[0].shape.last(), Some(&Dim::One), "{:?}: one sum per row of w", v.targets);
+        let product = l.kernels[1].tile().expect("a tile kernel");
+        assert_eq!(matvecs(&product.body), 1, "{:?}", v.targets);
+        assert!(!product.body.iter().any(|s| matches!(s, Stmt::Mma { .. })), "{:?}", v.targets);
+    }
+    // The reference and the interpreter agree at ragged extents and large inputs.
+    let mut b = Bindings::of_table(&g.dims);
+    for (v, d) in g.dims.iter() {
+        if d.dynamic {
+            b.values[v.index()] = 77;
+        }
+    }
+    let inputs = random_inputs(&g, &b, 5, &InputScale { default: 16.0, per_input: Vec::new() });
+    let want = eval(&g, &b, &inputs).expect("reference");
+    let l = variants[0].compiled.best();
+    let mut lb = Bindings::of_table(l.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.complete(l.dims());
+    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+}
+
+#[test]
+fn a_product_with_one_column_is_a_row_reduction_not_the_fallback() {
+    // A product whose right operand has one column leaves nothing for the tensor cores (they
+    // take 8 columns at least). It is each row's dot product with the vector, in f32 whatever
+    // the vector's type, inside a loop over the contraction with the other reductions,
+    // rescaled with them under the running max when its rows are exponentials, and split
+    // across blocks like any reduction.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: weighted
+    dims: { s: { value: 300, dynamic: true }, k: 4000 }
+    inputs: { x: "f16[s, k]", v: "f32[k, 1]" }
+    outputs: { y: "f32[s, 1]" }
+    body: |
+      y = matmul(exp(x), v) / sum(exp(x), axis=-1)
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    // The plan splits the 4000 columns across blocks and merges their partials under their
+    // maxima; either way every kernel is a tile kernel.
+    assert!(l.kernels.iter().all(|k| k.tile().is_some()), "the fallback");
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    let lp = loops(&k.body);
+    assert_eq!(lp.len(), 1);
+    assert_eq!(matvecs(loop_body(lp[0])), 1, "the product accumulates in the loop");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[0] = 45;
+    let inputs = random_inputs(&g, &b, 11, &InputScale { default: 16.0, per_input: Vec::new() });
+    let want = eval(&g, &b, &inputs).expect("reference");
+    let mut lb = Bindings::of_table(l.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.complete(l.dims());
+    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+}
+
 #[test]
 fn a_grid_resident_at_once_reads_its_shared_tiles_from_dram_once() {
     // MLA decode unsplit on an H200, 16 heads a block: 128 blocks, eight per request, each
@@ -340,7 +439,7 @@ fn consecutive_reductions_stay_fused_at_long_sequences() {
     assert_eq!(c.best().kernels.len(), 1);
     assert_eq!(c.best().dims().get(c.best().dims().find("s").expect("s")).value, 4096);
     // MatMul+RowSum: the product X·W is never written to global memory (only row sums are);
-    // without Split-K it is one kernel.
+    // without Split-K the product form is one kernel.
     let c = compiled("matmul_rowsum_prefill");
     for k in &c.best().kernels {
         for s in &k.tile().expect("a tile kernel").body {
@@ -352,7 +451,11 @@ fn consecutive_reductions_stay_fused_at_long_sequences() {
     let mut opts = Options::default();
     opts.search.split = false;
     let c = compile(&common::shipped("matmul_rowsum_prefill"), &opts).expect("compiles");
-    assert_eq!(c.best().kernels.len(), 1);
+    let fused = c.ranked.iter().find(|r| r.candidate.launch.kernels.len() == 1).expect("a one-kernel product form");
+    assert!(fused.candidate.launch.workspaces.is_empty());
+    // The GEMV form, row sums of W first, ranks above it.
+    assert_eq!(c.best().kernels.len(), 2);
+    assert!(c.ranked[0].candidate.seconds < fused.candidate.seconds);
 }
 
 #[test]

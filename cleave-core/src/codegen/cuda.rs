@@ -612,6 +612,17 @@ impl Gen<'_> {
             Expr::Src(Src::Tile(b)) if self.tile_value.as_ref().is_some_and(|(t, _)| t == b) => {
                 self.tile_value.as_ref().map(|(_, v)| v.clone()).unwrap_or_default()
             }
+            Expr::Src(Src::Column(b)) => {
+                let BufKind::Smem { dtype, rows, .. } = self.k.buf(*b).kind else { unreachable!() };
+                let read =
+                    format!("cleave::to_float(cleave::ld_shared<{}>({}))", ctype(dtype), self.tile_ptr(*b, "col", "0"));
+                // The tile's rows are the block's columns here: past them lies the next buffer.
+                if rows % (8 * u64::from(self.k.warps.n)) != 0 {
+                    format!("((col < {rows}) ? {read} : 0.0f)")
+                } else {
+                    read
+                }
+            }
             Expr::Src(Src::Tile(b)) => {
                 let buf = self.k.buf(*b);
                 let BufKind::Smem { dtype, rows, cols } = buf.kind else { unreachable!() };
@@ -1100,7 +1111,7 @@ impl Gen<'_> {
             _ => None,
         });
         let buf = tiles.next()?;
-        if tiles.any(|b| b != buf) || srcs.iter().any(|s| matches!(s, Src::Reg(_))) {
+        if tiles.any(|b| b != buf) || srcs.iter().any(|s| matches!(s, Src::Reg(_) | Src::Column(_))) {
             return None;
         }
         let BufKind::Smem { dtype, rows, cols: tile_cols } = self.k.buf(buf).kind else { return None };

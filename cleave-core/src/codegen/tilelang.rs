@@ -179,6 +179,15 @@ impl Py<'_> {
                     format!("T.cast({v}, \"float32\")")
                 }
             }
+            Expr::Src(Src::Column(b)) => {
+                let BufKind::Smem { dtype, .. } = self.k.buf(*b).kind else { unreachable!() };
+                let v = format!("{}[j, 0]", self.name(*b));
+                if dtype == DType::F32 {
+                    v
+                } else {
+                    format!("T.cast({v}, \"float32\")")
+                }
+            }
             Expr::Unary(u, a) => {
                 let x = self.expr(a);
                 match u {

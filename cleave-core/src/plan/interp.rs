@@ -257,6 +257,14 @@ impl Block<'_> {
                 }
                 self.regs[bi][(r * cols + c) as usize]
             }
+            Expr::Src(Src::Column(b)) => {
+                let bi = b.0 as usize;
+                let BufKind::Smem { rows, cols, .. } = self.k.bufs[bi].kind else { unreachable!("tiles are smem") };
+                if col >= rows {
+                    return 0.0;
+                }
+                self.regs[bi][(col * cols) as usize]
+            }
             Expr::Unary(u, a) => u.eval(self.eval(a, row, col)),
             Expr::Binary(op, a, b) => op.eval(self.eval(a, row, col), self.eval(b, row, col)),
             Expr::ExpDiff(a, b) => {

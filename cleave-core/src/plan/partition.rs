@@ -6,6 +6,11 @@
 //! kernel holds every other op. Tensors of the split kernel read by the combine kernel become
 //! f32 workspace buffers: what the split kernel writes to global memory and the combine kernel
 //! reads.
+//!
+//! A product's right operand is read from memory by every block (the tensor cores and the
+//! row-vector products take it as a staged tile), so one that is computed (`sum(w, axis=-1)`
+//! in `matmul(x, sum(w, axis=-1))`) is computed first, by a kernel of its own that stores it
+//! to a workspace: the first kernel of the launch.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +22,9 @@ use crate::graph::{validate, DType, Dim, DimKind, Graph, NodeId, Op, TensorDecl,
 pub enum Part {
     /// An input or constant: read by whichever kernel uses it.
     Leaf,
-    /// The first kernel: the split kernel, or the whole graph when it has no split.
+    /// The kernel before the others: the computed right operands of products.
+    Pre,
+    /// The split kernel, or the whole graph (but its [`Part::Pre`]) when it has no split.
     Split,
     /// The combine kernel.
     Combine,
@@ -139,6 +146,7 @@ pub fn is_combine(g: &Graph, node: NodeId) -> bool {
 /// Partitions a (validated, concrete) graph.
 pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     let live = g.live();
+    let pre = computed_right_operands(g, &live);
     let mut part = vec![Part::Unused; g.nodes.len()];
     let mut combine_roots = Vec::new();
     for id in g.ids() {
@@ -146,6 +154,8 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             part[id.index()] = Part::Leaf;
         } else if !live[id.index()] {
             continue;
+        } else if pre[id.index()] {
+            part[id.index()] = Part::Pre;
         } else if is_combine(g, id) {
             part[id.index()] = Part::Combine;
             combine_roots.push(id);
@@ -155,10 +165,16 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             part[id.index()] = Part::Split;
         }
     }
-    if combine_roots.is_empty() {
-        if g.has_split() {
-            return Err(PartitionError::UncombinedSplit);
+    if combine_roots.is_empty() && g.has_split() {
+        return Err(PartitionError::UncombinedSplit);
+    }
+    if !combine_roots.is_empty() {
+        if let Some(o) = g.outputs.iter().find(|o| part[o.node.index()] != Part::Combine) {
+            return Err(PartitionError::OutputBeforeCombine(o.decl.name.clone()));
         }
+    }
+    let has_pre = pre.iter().any(|&p| p);
+    if !has_pre && combine_roots.is_empty() {
         let inputs = (0..g.inputs.len() as u32).map(Binding::Input).collect();
         let outputs = (0..g.outputs.len() as u32).map(Binding::Output).collect();
         return Ok(Partition {
@@ -168,45 +184,100 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             workspaces: Vec::new(),
         });
     }
-    // Workspace tensors: split-kernel values read by the combine kernel.
+    // Workspace tensors: values one kernel computes and a later one reads.
     let users = g.users();
     let mut workspaces: Vec<Workspace> = Vec::new();
     for id in g.ids() {
-        if part[id.index()] == Part::Split && users[id.index()].iter().any(|u| part[u.index()] == Part::Combine) {
-            let name = format!("ws{}", workspaces.len());
-            for d in g.shape(id) {
-                if let Dim::Var(v) = d {
-                    if let DimKind::SplitChunk { of, count } = g.dims.get(*v).kind {
-                        let (of, count) = (g.dims.get(of), g.dims.get(count).value);
-                        if of.dynamic || of.value % count.max(1) != 0 {
-                            return Err(PartitionError::RaggedChunkWorkspace(of.name.clone()));
-                        }
+        let p = part[id.index()];
+        let read_later = users[id.index()].iter().any(|u| order(part[u.index()]) > order(p));
+        if !matches!(p, Part::Pre | Part::Split) || !read_later {
+            continue;
+        }
+        let name = format!("ws{}", workspaces.len());
+        for d in g.shape(id) {
+            if let Dim::Var(v) = d {
+                if let DimKind::SplitChunk { of, count } = g.dims.get(*v).kind {
+                    let (of, count) = (g.dims.get(of), g.dims.get(count).value);
+                    if of.dynamic || of.value % count.max(1) != 0 {
+                        return Err(PartitionError::RaggedChunkWorkspace(of.name.clone()));
                     }
                 }
             }
-            workspaces.push(Workspace {
-                name,
-                shape: g.shape(id).to_vec(),
-                node: Some(id),
-                ty: WorkspaceType::F32,
-                storage: None,
-            });
         }
+        let shape = g.shape(id).to_vec();
+        workspaces.push(Workspace { name, shape, node: Some(id), ty: WorkspaceType::F32, storage: None });
     }
-    for o in &g.outputs {
-        if part[o.node.index()] != Part::Combine {
-            return Err(PartitionError::OutputBeforeCombine(o.decl.name.clone()));
-        }
+    let mut parts = Vec::new();
+    if has_pre {
+        parts.push(Part::Pre);
     }
-    let split = extract(g, &part, Part::Split, &workspaces)?;
-    let combine = extract(g, &part, Part::Combine, &workspaces)?;
-    Ok(Partition { part, combine_roots, kernels: vec![split, combine], workspaces })
+    parts.push(Part::Split);
+    if !combine_roots.is_empty() {
+        parts.push(Part::Combine);
+    }
+    let kernels =
+        parts.iter().enumerate().map(|(k, &p)| extract(g, &part, k, p, &workspaces)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Partition { part, combine_roots, kernels, workspaces })
 }
 
-/// Builds the graph of one kernel: its nodes, the leaves they read, the workspaces it reads as
-/// inputs (combine) or writes as outputs (split).
-fn extract(g: &Graph, part: &[Part], kernel: Part, workspaces: &[Workspace]) -> Result<KernelGraph, PartitionError> {
-    let k = usize::from(kernel == Part::Combine);
+/// Where a kernel's part falls in launch order (leaves and unused nodes before all).
+fn order(p: Part) -> u8 {
+    match p {
+        Part::Leaf | Part::Unused => 0,
+        Part::Pre => 1,
+        Part::Split => 2,
+        Part::Combine => 3,
+    }
+}
+
+/// The nodes of the first kernel (by [`NodeId::index`]): each live product's right operand
+/// that is computed, seen through views (a transpose), with everything it is computed from.
+/// One is left in place (to the fallback) when that would store a graph output early, or
+/// cross a split (its parts' count is chosen with the split kernel's grid).
+fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool> {
+    let mut pre = vec![false; g.nodes.len()];
+    for id in g.ids() {
+        if !live[id.index()] || g.node(id).op != Op::MatMul {
+            continue;
+        }
+        let mut b = g.node(id).args[1];
+        while g.node(b).op == Op::Transpose {
+            b = g.node(b).args[0];
+        }
+        if g.node(b).op.is_leaf() {
+            continue;
+        }
+        // The operand and every non-leaf node it depends on.
+        let mut cone = vec![false; g.nodes.len()];
+        let mut stack = vec![b];
+        while let Some(x) = stack.pop() {
+            if g.node(x).op.is_leaf() || std::mem::replace(&mut cone[x.index()], true) {
+                continue;
+            }
+            stack.extend(g.node(x).args.iter().copied());
+        }
+        let crosses_split = g.ids().any(|x| cone[x.index()] && matches!(g.node(x).op, Op::Split(_)));
+        let stores_output = g.outputs.iter().any(|o| cone[o.node.index()]);
+        if crosses_split || stores_output {
+            continue;
+        }
+        for (p, c) in pre.iter_mut().zip(cone) {
+            *p |= c;
+        }
+    }
+    pre
+}
+
+/// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`:
+/// its nodes, the leaves they read, the workspaces of earlier kernels it reads as inputs, and
+/// as outputs the workspaces it writes and the graph outputs it computes.
+fn extract(
+    g: &Graph,
+    part: &[Part],
+    k: usize,
+    kernel: Part,
+    workspaces: &[Workspace],
+) -> Result<KernelGraph, PartitionError> {
     let users = g.users();
     let ws_of: BTreeMap<NodeId, usize> =
         workspaces.iter().enumerate().filter_map(|(w, ws)| Some((ws.node?, w))).collect();
@@ -228,7 +299,7 @@ fn extract(g: &Graph, part: &[Part], kernel: Part, workspaces: &[Workspace]) -> 
             }
             (_, p) if p == kernel => {
                 // Operands come before their users, and every operand of a kernel's node is a
-                // leaf, a node of the same kernel or (in the combine) a workspace.
+                // leaf, a node of the same kernel or a workspace of an earlier one.
                 let args: Vec<NodeId> = n.args.iter().map(|a| map[a]).collect();
                 let new = sub.add(n.op, &args).map_err(|e| PartitionError::Shape {
                     kernel: k,
@@ -237,25 +308,72 @@ fn extract(g: &Graph, part: &[Part], kernel: Part, workspaces: &[Workspace]) -> 
                 })?;
                 map.insert(id, new);
             }
-            (_, Part::Split) if kernel == Part::Combine && ws_of.contains_key(&id) => {
-                let w = ws_of[&id];
+            (_, p) if order(p) > 0 && order(p) < order(kernel) && needs(id) => {
+                let Some(&w) = ws_of.get(&id) else {
+                    let message = "an earlier kernel's value that no workspace holds".to_string();
+                    return Err(PartitionError::Shape { kernel: k, node: id.0, message });
+                };
                 map.insert(id, sub.add_input(workspace_decl(w, n.shape.clone())));
                 inputs.push(Binding::Workspace(w as u32));
             }
             _ => {}
         }
     }
-    if kernel == Part::Split {
-        for (&id, &w) in &ws_of {
+    for (&id, &w) in &ws_of {
+        if part[id.index()] == kernel {
             sub.add_output(workspace_decl(w, g.shape(id).to_vec()), map[&id]);
             outputs.push(Binding::Workspace(w as u32));
         }
-    } else {
-        for (i, o) in g.outputs.iter().enumerate() {
+    }
+    for (i, o) in g.outputs.iter().enumerate() {
+        if part[o.node.index()] == kernel {
             sub.add_output(o.decl.clone(), map[&o.node]);
             outputs.push(Binding::Output(i as u32));
         }
     }
     let graph = validate(sub).map_err(|error| PartitionError::InvalidKernel { kernel: k, error })?;
     Ok(KernelGraph { graph, inputs, outputs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::check_source;
+
+    fn graph(body: &str, outputs: &str) -> ValidGraph {
+        let text = format!(
+            "kernels:\n  - name: t\n    dims: {{ s: 40, k: 32, n: 24 }}\n    \
+             inputs: {{ x: \"f16[s, k]\", w: \"f16[k, n]\" }}\n    outputs: {outputs}\n    body: |\n      {body}\n"
+        );
+        check_source(text.as_bytes()).expect("checks").kernels.remove(0).1
+    }
+
+    #[test]
+    fn a_computed_right_operand_is_stored_by_a_kernel_of_its_own_first() {
+        let g = graph("y = matmul(x, sum(w, axis=-1))", "{ y: \"f32[s, 1]\" }");
+        let p = partition(&g).expect("partitions");
+        assert_eq!(p.kernels.len(), 2);
+        assert_eq!(p.workspaces.len(), 1);
+        let sum = p.workspaces[0].node.expect("a node's workspace");
+        assert_eq!(
+            (p.part[sum.index()], g.shape(sum)),
+            (Part::Pre, &[Dim::Var(g.dims.find("k").unwrap()), Dim::One][..])
+        );
+        assert_eq!(
+            (&p.kernels[0].inputs[..], &p.kernels[0].outputs[..]),
+            (&[Binding::Input(1)][..], &[Binding::Workspace(0)][..])
+        );
+        assert_eq!(
+            (&p.kernels[1].inputs[..], &p.kernels[1].outputs[..]),
+            (&[Binding::Input(0), Binding::Workspace(0)][..], &[Binding::Output(0)][..])
+        );
+        // A right operand that is a view of an input stays where it is.
+        let g = graph("y = matmul(x, w)", "{ y: \"f32[s, n]\" }");
+        assert_eq!(partition(&g).expect("partitions").kernels.len(), 1);
+        // So does one that is also an output: storing it early would split the outputs.
+        let g = graph("r = sum(w, axis=-1)\n      y = matmul(x, r)", "{ y: \"f32[s, 1]\", r: \"f32[k, 1]\" }");
+        let p = partition(&g).expect("partitions");
+        assert_eq!(p.kernels.len(), 1);
+        assert!(p.part.iter().all(|&x| x != Part::Pre));
+    }
 }

@@ -79,6 +79,9 @@ pub enum Src {
     /// An Smem tile read in the block's layout: row `row` unless the tile has a single row
     /// (broadcast over rows), column `col` unless it has a single column.
     Tile(BufId),
+    /// An Smem tile of one column read across the block's columns: column `col` of every row
+    /// is the tile's row `col`. The vector a matrix-vector product multiplies each row by.
+    Column(BufId),
     /// A constant.
     Const(f64),
     /// The runtime extent of a dim, as f32.
@@ -180,7 +183,7 @@ impl Expr {
 
     pub fn bufs(&self, out: &mut Vec<BufId>) {
         match self {
-            Expr::Src(Src::Reg(b) | Src::Tile(b)) => out.push(*b),
+            Expr::Src(Src::Reg(b) | Src::Tile(b) | Src::Column(b)) => out.push(*b),
             Expr::Src(Src::Const(_) | Src::Extent(_) | Src::Scalar(_)) => {}
             Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => a.bufs(out),
             Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => {
@@ -643,6 +646,7 @@ impl ShowKernel<'_> {
     fn expr(&self, e: &Expr) -> String {
         match e {
             Expr::Src(Src::Reg(b) | Src::Tile(b)) => self.name(*b).to_string(),
+            Expr::Src(Src::Column(b)) => format!("{}ᵀ", self.name(*b)),
             Expr::Src(Src::Const(c)) => format!("{c:?}"),
             Expr::Src(Src::Extent(d)) => self.dims.get(*d).name.clone(),
             Expr::Src(Src::Scalar(p)) => self.kernel.params[p.0 as usize].name.clone(),

@@ -153,6 +153,9 @@ impl Lowerer<'_> {
             Op::Unary(u) => self.unary(id, u, it, &tm, cols, stab, body)?,
             Op::Mask(m) => self.mask(id, m, it, &tm)?,
             Op::Binary(op) => self.binary(id, op, it, cols)?,
+            // A product with one column (a matrix-vector product) has nothing for the tensor
+            // cores: each row is a dot product, in f32 whatever the vector's type.
+            Op::MatMul if self.g.shape(n.args[1]).last() == Some(&Dim::One) => self.matvec(id, it, accs, body)?,
             Op::MatMul => self.matmul(id, accs, cols, body)?,
             Op::Reduce(op, axis) => self.reduce(id, op, axis, it, accs, cols, body)?,
         };
@@ -350,6 +353,54 @@ impl Lowerer<'_> {
             body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false });
             Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
         }
+    }
+
+    /// A matrix-vector product `a · b`, `b` of one column: every row of `a` times `b` read as
+    /// a row, reduced along the contraction (accumulated across its loop when it is one).
+    fn matvec(
+        &mut self,
+        id: NodeId,
+        it: &ItGraph,
+        accs: &BTreeSet<NodeId>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<Value, PlanError> {
+        let n = self.g.node(id).clone();
+        let a_tm = it.tmaps.get(&n.args[0]).cloned().ok_or(PlanError::UsedBeforeComputed(n.args[0]))?;
+        let (a, k, scale) = self.arg(n.args[0], it)?;
+        let vector = match self.value(n.args[1])? {
+            Value::Tile { buf, tmap, trans } => {
+                let r = tmap.axes.len();
+                if tmap.axes[..r.saturating_sub(2)].iter().any(|x| x.extent != 1) {
+                    return Err(PlanError::RightOperandBatched);
+                }
+                let BufKind::Smem { rows, cols, .. } = self.bufs[buf.0 as usize].kind else {
+                    return Err(PlanError::ComputedRightOperand);
+                };
+                match (trans, rows, cols) {
+                    // A column as stored: its rows run along the contraction.
+                    (false, _, 1) => Expr::Src(Src::Column(buf)),
+                    // The transpose of a stored row: already laid along the contraction.
+                    (true, 1, _) => Expr::Src(Src::Tile(buf)),
+                    _ => return Err(PlanError::ComputedRightOperand),
+                }
+            }
+            Value::Reg { .. } => return Err(PlanError::ComputedRightOperand),
+            Value::Const(_) => return Err(PlanError::ConstantMatmulOperand),
+        };
+        // Columns past the contraction's end are the loads' zero padding; skipping them keeps a
+        // computed row's value there (log(0), say) out of the sum.
+        let mask = a_tm.axes.last().map(|x| x.limits.clone()).unwrap_or_default();
+        let expr = Expr::bin(BinaryOp::Mul, a, vector);
+        let acc = accs.contains(&id);
+        if let (true, Some(sc)) = (acc, scale) {
+            if self.acc_scale(id).map(|a| a.m) != Some(sc.m) {
+                return Err(PlanError::PartialsOnDifferentMaxima);
+            }
+        }
+        let dst = if acc { self.accumulator(id)? } else { self.buf(self.name_of(id), BufKind::Rows) };
+        body.push(Stmt::RowReduce { dst, op: ReduceOp::Sum, expr, cols: k, mask, acc });
+        let scale = if acc { self.acc_scale(id).or(scale) } else { scale };
+        Ok(Value::Reg { expr: Expr::reg(dst), cols: 1, scale })
     }
 
     /// The register buffer accumulating the loop reduction `id`.
