@@ -7,6 +7,7 @@ use std::process::Command;
 
 use cleave_core::codegen::{cuda, tilelang};
 use cleave_core::pipeline::{compile, Options};
+use cleave_core::plan::Stmt;
 
 fn kernels() -> cleave_core::front::Module {
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels.yaml")).expect("kernels.yaml");
@@ -76,6 +77,17 @@ fn the_attention_kernel_uses_the_fa2_building_blocks() {
     assert!(cu.lines().any(|l| l.contains("a[mi][0] = cleave::pack_half2(b")), "P is register-resident");
 }
 
+/// The tensor-core products of a tile program, nested loops included.
+fn mma_count(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Mma { .. } => 1,
+            Stmt::Loop { body, .. } => mma_count(body),
+            _ => 0,
+        })
+        .sum()
+}
+
 #[test]
 fn tilelang_output_compiles_as_python() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tilelang");
@@ -85,9 +97,13 @@ fn tilelang_output_compiles_as_python() {
     for (d, g) in &m.kernels {
         let c = compile(g, &Options::default()).expect("compiles");
         let text = tilelang::emit_launch(c.best(), &d.name);
-        for needle in ["T.Kernel(", "T.copy(", "T.gemm("] {
+        for needle in ["T.Kernel(", "T.copy("] {
             assert!(text.contains(needle), "{}: missing {needle}", d.name);
         }
+        // Every tensor-core product is a `T.gemm` (a product of one column is a row reduction,
+        // and matmul_rowsum's best plan has only those).
+        let mmas: usize = c.best().kernels.iter().filter_map(|k| k.tile()).map(|k| mma_count(&k.body)).sum();
+        assert_eq!(text.matches("T.gemm(").count() > 0, mmas > 0, "{}: {mmas} products", d.name);
         let path = dir.join(format!("{}.py", d.name));
         std::fs::write(&path, text).expect("write");
         files.push(path);
