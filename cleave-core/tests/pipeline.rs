@@ -219,6 +219,31 @@ fn matvecs(body: &[Stmt]) -> usize {
         .sum()
 }
 
+/// Runs launch `l` of graph `g` in the interpreter with every dynamic dim at `extent` and
+/// inputs of scale 16 drawn from `seed`, and asserts its first output is within the
+/// tolerance of the f64 reference.
+fn interpreted_within_tolerance(
+    g: &cleave_core::graph::ValidGraph,
+    l: &cleave_core::plan::Launch,
+    extent: u64,
+    seed: u64,
+) {
+    let mut b = Bindings::of_table(&g.dims);
+    for (v, d) in g.dims.iter() {
+        if d.dynamic {
+            b.values[v.index()] = extent;
+        }
+    }
+    let inputs = random_inputs(g, &b, seed, &InputScale { default: 16.0, per_input: Vec::new() });
+    let want = eval(g, &b, &inputs).expect("reference");
+    let mut lb = Bindings::of_table(l.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.complete(l.dims());
+    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(g, &b, 0.0), "{e}");
+}
+
 #[test]
 fn the_gemv_the_search_finds_for_a_rowsum_of_a_product_is_scheduled() {
     // `sum(matmul(x, w), axis=-1)` is `matmul(x, sum(w, axis=-1))`: the search finds it, and it
@@ -241,21 +266,7 @@ fn the_gemv_the_search_finds_for_a_rowsum_of_a_product_is_scheduled() {
         assert!(!product.body.iter().any(|s| matches!(s, Stmt::Mma { .. })), "{:?}", v.targets);
     }
     // The reference and the interpreter agree at ragged extents and large inputs.
-    let mut b = Bindings::of_table(&g.dims);
-    for (v, d) in g.dims.iter() {
-        if d.dynamic {
-            b.values[v.index()] = 77;
-        }
-    }
-    let inputs = random_inputs(&g, &b, 5, &InputScale { default: 16.0, per_input: Vec::new() });
-    let want = eval(&g, &b, &inputs).expect("reference");
-    let l = variants[0].compiled.best();
-    let mut lb = Bindings::of_table(l.dims());
-    lb.values[..b.values.len()].copy_from_slice(&b.values);
-    lb.complete(l.dims());
-    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
-    let e = max_rel_err(&got[0].data, &want[0].data);
-    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+    interpreted_within_tolerance(&g, variants[0].compiled.best(), 77, 5);
 }
 
 #[test]
@@ -285,16 +296,7 @@ kernels:
     let lp = loops(&k.body);
     assert_eq!(lp.len(), 1);
     assert_eq!(matvecs(loop_body(lp[0])), 1, "the product accumulates in the loop");
-    let mut b = Bindings::of_table(&g.dims);
-    b.values[0] = 45;
-    let inputs = random_inputs(&g, &b, 11, &InputScale { default: 16.0, per_input: Vec::new() });
-    let want = eval(&g, &b, &inputs).expect("reference");
-    let mut lb = Bindings::of_table(l.dims());
-    lb.values[..b.values.len()].copy_from_slice(&b.values);
-    lb.complete(l.dims());
-    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
-    let e = max_rel_err(&got[0].data, &want[0].data);
-    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+    interpreted_within_tolerance(&g, l, 45, 11);
 }
 
 #[test]
