@@ -7,6 +7,7 @@ use std::process::Command;
 
 use cleave_core::codegen::{cuda, tilelang};
 use cleave_core::pipeline::{compile, Options};
+use cleave_core::plan::program::flatten;
 use cleave_core::plan::Stmt;
 
 fn kernels() -> cleave_core::front::Module {
@@ -79,13 +80,7 @@ fn the_attention_kernel_uses_the_fa2_building_blocks() {
 
 /// The tensor-core products of a tile program, nested loops included.
 fn mma_count(body: &[Stmt]) -> usize {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Mma { .. } => 1,
-            Stmt::Loop { body, .. } => mma_count(body),
-            _ => 0,
-        })
-        .sum()
+    flatten(body).into_iter().filter(|s| matches!(s, Stmt::Mma { .. })).count()
 }
 
 #[test]

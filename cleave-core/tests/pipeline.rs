@@ -5,9 +5,12 @@
 mod common;
 
 use cleave_core::arch::{SM80, SM90};
-use cleave_core::graph::{Bindings, Dim, ReduceOp};
+use cleave_core::graph::{Bindings, DType, Dim, ReduceOp};
 use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
-use cleave_core::plan::{interp, kernel_cost, Bound, BufKind, Expr, MergeOp, Src, Stmt, TileKernel};
+use cleave_core::plan::program::flatten;
+use cleave_core::plan::{
+    interp, kernel_cost, Bound, BufKind, Expr, Launch, MergeOp, Src, Stmt, TileKernel, WorkspaceType,
+};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 use cleave_core::toolchain::ArchSet;
 
@@ -220,21 +223,16 @@ fn matvecs(body: &[Stmt]) -> usize {
 }
 
 /// Runs launch `l` of graph `g` in the interpreter with every dynamic dim at `extent` and
-/// inputs of scale 16 drawn from `seed`, and asserts its first output is within the
-/// tolerance of the f64 reference.
-fn interpreted_within_tolerance(
-    g: &cleave_core::graph::ValidGraph,
-    l: &cleave_core::plan::Launch,
-    extent: u64,
-    seed: u64,
-) {
+/// inputs of standard deviation `scale` drawn from `seed`, and asserts its first output is
+/// within the tolerance of the f64 reference.
+fn interpreted_within_tolerance(g: &cleave_core::graph::ValidGraph, l: &Launch, extent: u64, seed: u64, scale: f64) {
     let mut b = Bindings::of_table(&g.dims);
     for (v, d) in g.dims.iter() {
         if d.dynamic {
             b.values[v.index()] = extent;
         }
     }
-    let inputs = random_inputs(g, &b, seed, &InputScale { default: 16.0, per_input: Vec::new() });
+    let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
     let want = eval(g, &b, &inputs).expect("reference");
     let mut lb = Bindings::of_table(l.dims());
     lb.values[..b.values.len()].copy_from_slice(&b.values);
@@ -242,6 +240,17 @@ fn interpreted_within_tolerance(
     let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
     let e = max_rel_err(&got[0].data, &want[0].data);
     assert!(e < tolerance(g, &b, 0.0), "{e}");
+}
+
+/// The two tile kernels of a launch whose first stores a product's computed right operand to
+/// its one workspace, `ws0`, reading only the inputs `reads`.
+fn operand_then_product<'a>(l: &'a Launch, reads: &[&str], what: &str) -> (&'a TileKernel, &'a TileKernel) {
+    assert_eq!((l.kernels.len(), l.workspaces.len()), (2, 1), "{what}");
+    let first = l.kernels[0].tile().expect("a tile kernel");
+    let names: Vec<&str> = first.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names[..names.len() - 1], *reads, "{what}: what the first kernel reads");
+    assert_eq!(names.last(), Some(&"ws0"), "{what}: the first kernel writes the workspace");
+    (first, l.kernels[1].tile().expect("a tile kernel"))
 }
 
 #[test]
@@ -256,17 +265,13 @@ fn the_gemv_the_search_finds_for_a_rowsum_of_a_product_is_scheduled() {
     let variants = compile_variants(&g, &Options::default(), &targets).expect("compiles");
     for v in &variants {
         let l = v.compiled.best();
-        assert_eq!(l.kernels.len(), 2, "{:?}", v.targets);
-        let sums = l.kernels[0].tile().expect("a tile kernel");
-        let names: Vec<&str> = sums.params.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["w", "ws0"], "{:?}: the first kernel reads w alone", v.targets);
+        let (_, product) = operand_then_product(l, &["w"], &format!("{:?}", v.targets));
         assert_eq!(l.workspaces[0].shape.last(), Some(&Dim::One), "{:?}: one sum per row of w", v.targets);
-        let product = l.kernels[1].tile().expect("a tile kernel");
         assert_eq!(matvecs(&product.body), 1, "{:?}", v.targets);
         assert!(!product.body.iter().any(|s| matches!(s, Stmt::Mma { .. })), "{:?}", v.targets);
     }
     // The reference and the interpreter agree at ragged extents and large inputs.
-    interpreted_within_tolerance(&g, variants[0].compiled.best(), 77, 5);
+    interpreted_within_tolerance(&g, variants[0].compiled.best(), 77, 5, 16.0);
 }
 
 #[test]
@@ -296,7 +301,39 @@ kernels:
     let lp = loops(&k.body);
     assert_eq!(lp.len(), 1);
     assert_eq!(matvecs(loop_body(lp[0])), 1, "the product accumulates in the loop");
-    interpreted_within_tolerance(&g, l, 45, 11);
+    interpreted_within_tolerance(&g, l, 45, 11, 16.0);
+}
+
+/// The tensor-core products of a tile program, nested loops included.
+fn mmas(body: &[Stmt]) -> usize {
+    flatten(body).into_iter().filter(|s| matches!(s, Stmt::Mma { .. })).count()
+}
+
+#[test]
+fn a_computed_right_operand_of_many_columns_is_stored_in_the_tensor_cores_type() {
+    // `silu(w)` is computed, and every block of the product reads all of it: a first kernel
+    // stores it, in bf16 (the type the tensor cores take with `x`), and the second multiplies
+    // `x` by it on the tensor cores. Stored in f32, the product was the fallback's.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: gated
+    dims: { s: { value: 2048, dynamic: true }, k: 96, n: 72 }
+    inputs: { x: "bf16[s, k]", w: "bf16[k, n]" }
+    outputs: { y: "bf16[s, n]" }
+    body: |
+      y = matmul(x, silu(w))
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    let (_, product) = operand_then_product(l, &["w"], "gated");
+    assert_eq!(l.workspaces[0].ty, WorkspaceType::BF16);
+    let ws = product.params.iter().find(|p| p.name == "ws0").expect("the product reads the workspace");
+    assert_eq!(ws.dtype, DType::BF16);
+    assert!(mmas(&product.body) > 0, "a tensor-core product");
+    // The tolerance counts the rounding of silu(w) to bf16 (`Graph::rounded_operand_type`).
+    interpreted_within_tolerance(&g, l, 77, 5, 16.0);
 }
 
 #[test]
@@ -436,9 +473,11 @@ fn query_heads_sharing_a_kv_head_share_the_tile() {
 
 #[test]
 fn consecutive_reductions_stay_fused_at_long_sequences() {
-    // MatMul+MatMul: one kernel, the first product never leaves the block.
+    // MatMul+MatMul as declared, `(q·kᵀ)·v`: one kernel, the scores never leave the block.
     let c = compiled("matmul_matmul_prefill");
-    assert_eq!(c.best().kernels.len(), 1);
+    let declared = c.ranked.iter().find(|r| r.graph_index.is_none()).expect("the declared graph is scheduled");
+    assert_eq!(declared.candidate.launch.kernels.len(), 1);
+    assert!(declared.candidate.launch.kernels[0].tile().is_some());
     assert_eq!(c.best().dims().get(c.best().dims().find("s").expect("s")).value, 4096);
     // MatMul+RowSum: the product X·W is never written to global memory (only row sums are);
     // without Split-K the product form is one kernel.
@@ -458,6 +497,30 @@ fn consecutive_reductions_stay_fused_at_long_sequences() {
     // The GEMV form, row sums of W first, ranks above it.
     assert_eq!(c.best().kernels.len(), 2);
     assert!(c.ranked[0].candidate.seconds < fused.candidate.seconds);
+}
+
+#[test]
+fn matmul_matmul_prefill_multiplies_by_the_small_product_the_search_finds() {
+    // `(q·kᵀ)·v` is `q·(kᵀ·v)`: the search finds it, and on every plan of a default build it is
+    // scheduled and ranked first. A first kernel contracts the 4096 keys into each head's
+    // 64 × 64 `kᵀ·v`, stored in f16 for the tensor cores; the second multiplies `q` by it. A
+    // 4096 × 4096 score matrix is never formed, in memory or in a block.
+    let targets = ArchSet::default().plan_targets();
+    let g = common::shipped("matmul_matmul_prefill");
+    let variants = compile_variants(&g, &Options::default(), &targets).expect("compiles");
+    for v in &variants {
+        let l = v.compiled.best();
+        let (_, second) = operand_then_product(l, &["k", "v"], &format!("{:?}", v.targets));
+        let d = g.dims.find("d").expect("d");
+        assert_eq!(l.workspaces[0].ty, WorkspaceType::F16, "{:?}", v.targets);
+        assert_eq!(&l.workspaces[0].shape[1..], [Dim::Var(d), Dim::Var(d)], "{:?}: d × d a head", v.targets);
+        assert!(mmas(&second.body) > 0, "{:?}", v.targets);
+        let declared = v.compiled.ranked.iter().find(|r| r.graph_index.is_none()).expect("declared");
+        assert!(v.compiled.ranked[0].candidate.seconds * 4.0 < declared.candidate.seconds, "{:?}", v.targets);
+    }
+    // The rounding of `kᵀ·v` to f16 is within the declaration's tolerance (its scores would be
+    // rounded alike), at ragged extents, with inputs as large as an f16 output allows.
+    interpreted_within_tolerance(&g, variants[0].compiled.best(), 77, 13, 4.0);
 }
 
 #[test]

@@ -181,6 +181,69 @@ impl Graph {
         }
     }
 
+    /// The input a node reads, seen through views (transposes and splits), when it is one.
+    pub fn viewed_input(&self, mut id: NodeId) -> Option<usize> {
+        loop {
+            match self.node(id).op {
+                Op::Transpose | Op::Split(_) => id = self.node(id).args[0],
+                Op::Input(i) => return Some(i as usize),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The type in which the tensor cores take the computed operand of product `m`, which is
+    /// rounded to it. A computed left operand takes the right input's type. A computed right
+    /// operand of more than one column is stored before the product in the one float type of
+    /// the inputs it is computed from, which a left input must share; a product of one column
+    /// is each row's dot product in f32 and rounds nothing. `None`: nothing is rounded (both
+    /// operands are inputs, or the product is the fallback's, in f32).
+    pub fn rounded_operand_type(&self, m: NodeId) -> Option<DType> {
+        let n = self.node(m);
+        if n.op != Op::MatMul {
+            return None;
+        }
+        let input_type = |x: NodeId| self.viewed_input(x).map(|i| self.inputs[i].decl.dtype);
+        match (input_type(n.args[0]), input_type(n.args[1])) {
+            (Some(_), Some(_)) => None,
+            (None, Some(t)) => Some(t),
+            (left, None) => {
+                if n.shape.last() == Some(&Dim::One) {
+                    return None;
+                }
+                let t = self.source_type(n.args[1])?;
+                (left.is_none() || left == Some(t)).then_some(t)
+            }
+        }
+    }
+
+    /// The one float type of the inputs `id` is computed from; `None` when they differ or it
+    /// reads none (index tensors do not count: they are never values).
+    fn source_type(&self, id: NodeId) -> Option<DType> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![id];
+        let mut found = None;
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut seen[x.index()], true) {
+                continue;
+            }
+            match self.node(x).op {
+                Op::Input(i) => {
+                    let t = self.inputs[i as usize].decl.dtype;
+                    if !t.is_float() {
+                        continue;
+                    }
+                    if found.is_some_and(|f| f != t) {
+                        return None;
+                    }
+                    found = Some(t);
+                }
+                _ => stack.extend(self.node(x).args.iter().copied()),
+            }
+        }
+        found
+    }
+
     /// The nodes that some output depends on, as a mask.
     pub fn live(&self) -> Vec<bool> {
         let mut live = vec![false; self.nodes.len()];

@@ -54,7 +54,7 @@ pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -
         let shape: Vec<usize> = ws.shape.iter().map(ext).collect();
         let n = shape.iter().product();
         match ws.ty {
-            WorkspaceType::F32 => {
+            WorkspaceType::F32 | WorkspaceType::F16 | WorkspaceType::BF16 => {
                 globals.insert(Binding::Workspace(w as u32), (shape, vec![f32::NAN; n]));
             }
             WorkspaceType::Extended => {

@@ -10,7 +10,9 @@
 //! A product's right operand is read from memory by every block (the tensor cores and the
 //! row-vector products take it as a staged tile), so one that is computed (`sum(w, axis=-1)`
 //! in `matmul(x, sum(w, axis=-1))`) is computed first, by a kernel of its own that stores it
-//! to a workspace: the first kernel of the launch.
+//! to a workspace: the first kernel of the launch. A matrix is stored in the 16-bit type the
+//! tensor cores take it in (rounding it once there rather than in every block), a vector in
+//! f32 (its products are f32 dot products).
 
 use std::collections::BTreeMap;
 
@@ -48,6 +50,10 @@ pub struct KernelGraph {
 pub enum WorkspaceType {
     /// f32 (between tile kernels).
     F32,
+    /// f16: a computed right operand that the tensor cores take in f16.
+    F16,
+    /// bf16: a computed right operand that the tensor cores take in bf16.
+    BF16,
     /// Extended-exponent floats, an f32 mantissa and an i32 exponent (between stage kernels).
     Extended,
 }
@@ -56,8 +62,20 @@ impl WorkspaceType {
     /// Bytes per element.
     pub fn bytes(self) -> u32 {
         match self {
+            WorkspaceType::F16 | WorkspaceType::BF16 => 2,
             WorkspaceType::F32 => 4,
             WorkspaceType::Extended => 8,
+        }
+    }
+
+    /// The tensor type a tile kernel reads and writes it as (`None`: a fallback workspace,
+    /// which only stage kernels touch).
+    pub fn dtype(self) -> Option<DType> {
+        match self {
+            WorkspaceType::F32 => Some(DType::F32),
+            WorkspaceType::F16 => Some(DType::F16),
+            WorkspaceType::BF16 => Some(DType::BF16),
+            WorkspaceType::Extended => None,
         }
     }
 }
@@ -205,7 +223,8 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             }
         }
         let shape = g.shape(id).to_vec();
-        workspaces.push(Workspace { name, shape, node: Some(id), ty: WorkspaceType::F32, storage: None });
+        let ty = if p == Part::Pre { operand_type(g, &part, &users, id) } else { WorkspaceType::F32 };
+        workspaces.push(Workspace { name, shape, node: Some(id), ty, storage: None });
     }
     let mut parts = Vec::new();
     if has_pre {
@@ -268,6 +287,36 @@ fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool> {
     pre
 }
 
+/// The type a first kernel stores value `id` in: that in which the tensor cores take it
+/// ([`Graph::rounded_operand_type`]) when every later use is the right operand of a product of
+/// more than one column, seen through transposes, and they agree on a 16-bit type; f32 for a
+/// vector (its products are f32 dot products) or a value anything else reads.
+fn operand_type(g: &Graph, part: &[Part], users: &[Vec<NodeId>], id: NodeId) -> WorkspaceType {
+    let mut found = None;
+    let mut stack: Vec<(NodeId, NodeId)> =
+        users[id.index()].iter().filter(|u| part[u.index()] != Part::Pre).map(|&u| (id, u)).collect();
+    while let Some((operand, user)) = stack.pop() {
+        let n = g.node(user);
+        let t = match n.op {
+            Op::Transpose => {
+                stack.extend(users[user.index()].iter().map(|&u| (user, u)));
+                continue;
+            }
+            Op::MatMul if n.args[0] != operand && n.shape.last() != Some(&Dim::One) => g.rounded_operand_type(user),
+            _ => None,
+        };
+        match t {
+            Some(t @ (DType::F16 | DType::BF16)) if found.is_none_or(|f| f == t) => found = Some(t),
+            _ => return WorkspaceType::F32,
+        }
+    }
+    match found {
+        Some(DType::F16) => WorkspaceType::F16,
+        Some(DType::BF16) => WorkspaceType::BF16,
+        _ => WorkspaceType::F32,
+    }
+}
+
 /// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`:
 /// its nodes, the leaves they read, the workspaces of earlier kernels it reads as inputs, and
 /// as outputs the workspaces it writes and the graph outputs it computes.
@@ -286,7 +335,9 @@ fn extract(
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let needs = |id: NodeId| users[id.index()].iter().any(|u| part[u.index()] == kernel);
-    let workspace_decl = |w: usize, shape: Vec<Dim>| TensorDecl::dense(workspaces[w].name.clone(), DType::F32, shape);
+    let workspace_decl = |w: usize, shape: Vec<Dim>| {
+        TensorDecl::dense(workspaces[w].name.clone(), workspaces[w].ty.dtype().unwrap_or(DType::F32), shape)
+    };
     for id in g.ids() {
         let n = g.node(id);
         match (n.op, part[id.index()]) {
@@ -375,5 +426,44 @@ mod tests {
         let p = partition(&g).expect("partitions");
         assert_eq!(p.kernels.len(), 1);
         assert!(p.part.iter().all(|&x| x != Part::Pre));
+    }
+
+    /// The workspaces of a declaration with inputs `x`, `w` and `g` of the given types.
+    fn workspace_types(types: [&str; 3], body: &str, outputs: &str) -> Vec<WorkspaceType> {
+        let [x, w, g] = types;
+        let text = format!(
+            "kernels:\n  - name: t\n    dims: {{ s: 40, k: 32, n: 24 }}\n    inputs: {{ x: \"{x}[s, k]\", \
+             w: \"{w}[k, n]\", g: \"{g}[k, n]\" }}\n    outputs: {outputs}\n    body: |\n      {body}\n"
+        );
+        let g = check_source(text.as_bytes()).expect("checks").kernels.remove(0).1;
+        partition(&g).expect("partitions").workspaces.iter().map(|w| w.ty).collect()
+    }
+
+    #[test]
+    fn a_computed_right_operand_is_stored_in_the_type_the_tensor_cores_take_it_in() {
+        use WorkspaceType::{BF16, F16, F32};
+        let y = "{ y: \"f32[s, n]\" }";
+        // Of the left operand's type, when its sources share it.
+        assert_eq!(workspace_types(["f16"; 3], "y = matmul(x, w * g)", y), [F16]);
+        assert_eq!(workspace_types(["bf16"; 3], "y = matmul(x, silu(w + g))", y), [BF16]);
+        // Seen through a transpose.
+        let t = "y = matmul(x, transpose(transpose(w + g)))";
+        assert_eq!(workspace_types(["f16"; 3], t, y), [F16]);
+        // A computed left operand is packed to the right one's type.
+        assert_eq!(workspace_types(["f32", "bf16", "bf16"], "y = matmul(exp(x), w * g)", y), [BF16]);
+        // Sources of two types, or of another type than the left input: f32, and the product
+        // is the fallback's.
+        assert_eq!(workspace_types(["f16", "f16", "bf16"], "y = matmul(x, w * g)", y), [F32]);
+        assert_eq!(workspace_types(["bf16", "f16", "f16"], "y = matmul(x, w * g)", y), [F32]);
+        assert_eq!(workspace_types(["f16", "f32", "f32"], "y = matmul(x, w * g)", y), [F32]);
+        // A vector is multiplied in f32; a value another op also reads stays exact for it.
+        let v = "{ y: \"f32[s, 1]\" }";
+        assert_eq!(workspace_types(["f16"; 3], "y = matmul(x, sum(w * g, axis=-1))", v), [F32]);
+        let both = "u = w * g\n      y = matmul(x, u) + matmul(x, exp(u))";
+        assert_eq!(workspace_types(["f16"; 3], both, y), [F16, F16]);
+        let vector = "u = w * g\n      y = matmul(x, u) + matmul(x, sum(u, axis=-1))";
+        assert_eq!(workspace_types(["f16"; 3], vector, y), [F16, F32]);
+        let other = "u = w * g\n      y = matmul(x, u) + sum(u, axis=0)";
+        assert_eq!(workspace_types(["f16"; 3], other, y), [F32]);
     }
 }

@@ -217,6 +217,18 @@ pub struct MmaB {
     pub n_major: bool,
 }
 
+/// Every statement of `body` in program order, a loop's before those of its body.
+pub fn flatten(body: &[Stmt]) -> Vec<&Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        out.push(s);
+        if let Stmt::Loop { body, .. } = s {
+            out.extend(flatten(body));
+        }
+    }
+    out
+}
+
 /// The row sums a loop body only accumulates (`dst += Rowsum(..)` at its top level, `dst`
 /// neither read nor written anywhere else in it). With warps across columns, each column of
 /// warps may keep its own partial of such a sum for the whole loop and combine once after it,

@@ -165,24 +165,14 @@ pub fn unit_roundoff(d: crate::graph::DType) -> f64 {
 }
 
 /// The unit roundoff a kernel computing `g` cannot do better than: that of the least precise
-/// type among the outputs and the types a computed matmul operand is rounded to (the tensor
-/// cores take it in the type of the input it multiplies; inputs themselves, seen through
-/// transposes and splits, are exact: the reference reads the same rounded values).
+/// type among the outputs and the types a computed matmul operand is rounded to for the tensor
+/// cores ([`Graph::rounded_operand_type`]; inputs themselves, seen through transposes and
+/// splits, are exact: the reference reads the same rounded values).
 pub fn rounding_unit(g: &Graph) -> f64 {
-    use crate::graph::Op;
-    let input_type = |mut a: NodeId| loop {
-        match g.node(a).op {
-            Op::Transpose | Op::Split(_) => a = g.node(a).args[0],
-            Op::Input(i) => return Some(g.inputs[i as usize].decl.dtype),
-            _ => return None,
-        }
-    };
     let mut u = g.outputs.iter().map(|o| unit_roundoff(o.decl.dtype)).fold(0.0, f64::max);
-    for n in &g.nodes {
-        if n.op == Op::MatMul {
-            if let (None, Some(t)) = (input_type(n.args[0]), input_type(n.args[1])) {
-                u = u.max(unit_roundoff(t));
-            }
+    for id in g.ids() {
+        if let Some(t) = g.rounded_operand_type(id) {
+            u = u.max(unit_roundoff(t));
         }
     }
     u
