@@ -8,8 +8,10 @@ use cleave_core::arch::{SM80, SM90};
 use cleave_core::graph::{Bindings, DType, Dim, ReduceOp};
 use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
 use cleave_core::plan::program::flatten;
+use cleave_core::plan::stage::LANES;
 use cleave_core::plan::{
-    interp, kernel_cost, Bound, BufKind, Expr, Launch, MergeOp, Src, Stmt, TileKernel, WorkspaceType,
+    fallback, interp, kernel_cost, stage_cost, Bound, BufKind, Expr, Kernel, Launch, MergeOp, SExpr, Src, Stmt,
+    TileKernel, WorkspaceType,
 };
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 use cleave_core::toolchain::ArchSet;
@@ -655,4 +657,82 @@ fn a_default_build_plans_for_each_kind_of_gpu() {
         assert_eq!(v.compiled.best().sms, first.budget.sms, "{:?}", v.targets);
     }
     assert_eq!(decode[0].compiled.best().sms, 132);
+}
+
+#[test]
+fn a_long_reduction_into_few_elements_shares_each_element_among_lanes() {
+    // A softmax over a vocabulary has a few rows of 32000 entries. One thread per row sum
+    // would leave all but one block idle and run a chain of 32000 dependent steps; the
+    // fallback gives each row a block of lanes instead, and the one-thread form of the same
+    // stage is estimated many times slower.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: vocab
+    dims: { b: { value: 8, dynamic: true }, v: { value: 32000, dynamic: true } }
+    inputs: { logits: "f32[b, v]" }
+    outputs: { p: "f32[b, v]" }
+    body: |
+      p = softmax(logits / 0.7)
+"#,
+    );
+    let stage = |l: &Launch, k: usize| match &l.kernels[k] {
+        Kernel::Stage(s) => s.clone(),
+        Kernel::Tile(_) => panic!("kernel {k} is a tile kernel"),
+    };
+    let l = fallback(&g, "t", &SM90).expect("a fallback");
+    let sums = l.kernels.iter().position(|k| matches!(k, Kernel::Stage(s) if matches!(s.value, SExpr::Reduce { .. })));
+    let sums = stage(&l, sums.expect("a reducing stage"));
+    assert_eq!(sums.lanes, 256, "{}", sums.show(&g.dims));
+    assert_eq!((sums.threads(), sums.smem_bytes()), (256, 64));
+    let single = sums.clone().cooperate(1, &g.dims);
+    let (shared, alone) = (stage_cost(&sums, &g.dims, &SM90).seconds, stage_cost(&single, &g.dims, &SM90).seconds);
+    assert!(alone > 20.0 * shared, "{alone} against {shared}");
+    // Every lane count folds to the reference's value: at extents that are no multiple of the
+    // lanes, and below them (most lanes reduce nothing), with exponents in the hundreds.
+    for lanes in LANES {
+        let mut forced = l.clone();
+        for k in &mut forced.kernels {
+            if let Kernel::Stage(s) = k {
+                if s.may_cooperate() {
+                    *s = s.clone().cooperate(lanes, &g.dims);
+                }
+            }
+        }
+        for (extent, seed) in [(77, 5), (1001, 6)] {
+            interpreted_within_tolerance(&g, &forced, extent, seed, 30.0);
+        }
+    }
+
+    // Lanes must read consecutive addresses: a sum down the rows keeps one thread per
+    // column, whose neighbours read the next addresses, however long the columns are.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: columns
+    dims: { n: { value: 32000, dynamic: true }, d: 64 }
+    inputs: { x: "f32[n, d]" }
+    outputs: { y: "f32[1, d]" }
+    body: |
+      y = sum(x, axis=0)
+"#,
+    );
+    let l = fallback(&g, "t", &SM90).expect("a fallback");
+    let s = stage(&l, 0);
+    assert!(!s.may_cooperate() && s.lanes == 1, "{}", s.show(&g.dims));
+    // Many short rows already fill the GPU one thread a row: lanes would only add their fold.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: short_rows
+    dims: { t: { value: 65536, dynamic: true }, k: 8 }
+    inputs: { x: "f32[t, k]" }
+    outputs: { y: "f32[t, 1]" }
+    body: |
+      y = sum(exp(x), axis=-1)
+"#,
+    );
+    let l = fallback(&g, "t", &SM90).expect("a fallback");
+    let s = stage(&l, 0);
+    assert!(s.may_cooperate() && s.lanes == 1, "{}", s.show(&g.dims));
 }

@@ -8,7 +8,7 @@ use super::cuda::{ctype, dim_expr, emu_entry, stride_factors};
 use super::ident;
 use crate::graph::{BinaryOp, Dim, DimTable, DimVar, PerRequestKind, ReduceOp, StoreAxis, UnaryOp};
 use crate::plan::program::{stride_params, Binding, Param, StrideParam};
-use crate::plan::stage::{positions, slots, PosAxis, SLOT_ITERS};
+use crate::plan::stage::{positions, slots, PosAxis, SLOT_ITERS, STAGE_UNROLL};
 use crate::plan::{Ix, SExpr, StageKernel};
 
 /// The C element type of a stage parameter: workspaces hold extended-exponent values.
@@ -318,7 +318,14 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
         let _ = writeln!(out, "  (void){};", s.name());
     }
     let [w, rows] = k.block;
-    let _ = writeln!(out, "  const long long tx = threadIdx.x % {w}, ty = threadIdx.x / {w};");
+    let lanes = k.lanes.max(1);
+    if lanes == 1 {
+        let _ = writeln!(out, "  const long long tx = threadIdx.x % {w}, ty = threadIdx.x / {w};");
+    } else {
+        // Consecutive lanes share an element, so that they read its reduced axis in order.
+        let _ = writeln!(out, "  const long long lane = threadIdx.x % {lanes}, element = threadIdx.x / {lanes};");
+        let _ = writeln!(out, "  const long long tx = element % {w}, ty = element / {w};");
+    }
     let _ = writeln!(out, "  (void)tx; (void)ty;");
     // Block indices, the last grid axis fastest; each grid axis is one axis of the space, or
     // one axis of the slots of a per-request dim of it.
@@ -362,9 +369,19 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
             // Over a per-request dim, the loop runs to the element's request's length.
             let n = st.extent_at(*extent, batch.as_ref());
             let _ = writeln!(out, "  cleave::xf acc = {start};");
-            let _ = writeln!(out, "  for (long long r = 0; r < {n}; ++r) {{");
+            // The loads of the unrolled steps do not depend on `acc`, so they are in flight
+            // together (the cost model counts one memory latency per STAGE_UNROLL steps).
+            let _ = writeln!(out, "  #pragma unroll {STAGE_UNROLL}");
+            if lanes == 1 {
+                let _ = writeln!(out, "  for (long long r = 0; r < {n}; ++r) {{");
+            } else {
+                let _ = writeln!(out, "  for (long long r = lane; r < {n}; r += {lanes}) {{");
+            }
             let _ = writeln!(out, "    acc = cleave::{combine}(acc, {});", st.expr(body));
             let _ = writeln!(out, "  }}");
+            if lanes > 1 {
+                emit_fold(lanes, combine, &mut out);
+            }
             if *op == ReduceOp::Mean {
                 let _ = writeln!(out, "  acc = cleave::xf_div(acc, cleave::xf_of_double((double)({n})));");
             }
@@ -379,6 +396,9 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
     let index: Vec<Ix> =
         k.space.iter().enumerate().map(|(j, d)| if *d == Dim::One { Ix::Zero } else { Ix::Out(j as u32) }).collect();
     let (at, _) = st.element(p, &index);
+    if lanes > 1 {
+        let _ = writeln!(out, "  if (lane != 0) return;");
+    }
     match p.binding {
         Binding::Workspace(_) => {
             let _ = writeln!(out, "  cleave::st_global(p{}, {at}, {value});", k.out.0);
@@ -395,6 +415,32 @@ pub(super) fn emit_stage(k: &StageKernel, dims: &DimTable) -> String {
     out.push_str("}\n");
     out.push_str(&emu_entry(&k.symbol, &k.params, k.extents.len() + strides.len(), elem));
     out
+}
+
+/// Folds the partials of an element's `lanes` lanes into lane 0's `acc`, in the order the
+/// interpreter folds them (`plan::interp`): at each step lane `l` below the step's width takes
+/// `combine(its own, lane l + width)`, halving the width within a warp; with more than one
+/// warp, every thread then folds the warps' results from shared memory the same way.
+fn emit_fold(lanes: u32, combine: &str, out: &mut String) {
+    let warp = lanes.min(32);
+    let _ = writeln!(out, "  // Fold the {lanes} lanes' partials: halves within a warp, then across warps.");
+    let _ = writeln!(out, "  for (int s = {}; s > 0; s >>= 1) {{", warp / 2);
+    let _ = writeln!(out, "    const float m = __shfl_xor_sync(0xffffffffu, acc.m, s);");
+    let _ = writeln!(out, "    const int e = __shfl_xor_sync(0xffffffffu, acc.e, s);");
+    let _ = writeln!(out, "    acc = cleave::{combine}(acc, cleave::xf{{m, e}});");
+    let _ = writeln!(out, "  }}");
+    if lanes > 32 {
+        let warps = lanes / 32;
+        let _ = writeln!(out, "  cleave::xf* part = reinterpret_cast<cleave::xf*>(cleave::dynamic_smem());");
+        let _ = writeln!(out, "  if (lane % 32 == 0) part[lane / 32] = acc;");
+        let _ = writeln!(out, "  __syncthreads();");
+        let _ = writeln!(out, "  cleave::xf w[{warps}];");
+        let _ = writeln!(out, "  for (int i = 0; i < {warps}; ++i) w[i] = part[i];");
+        let _ = writeln!(out, "  for (int s = {}; s > 0; s >>= 1) {{", warps / 2);
+        let _ = writeln!(out, "    for (int i = 0; i < s; ++i) w[i] = cleave::{combine}(w[i], w[i + s]);");
+        let _ = writeln!(out, "  }}");
+        let _ = writeln!(out, "  acc = w[0];");
+    }
 }
 
 /// Defines the space's per-request indices from the grid's positions: a packed dim's position

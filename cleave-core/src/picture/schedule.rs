@@ -242,8 +242,7 @@ mod tests {
     fn a_fallback_launch_draws_one_panel_per_stage_with_its_workspaces_in_global_memory() {
         let src = "kernels:\n  - name: t\n    dims: {s: 40, l: 24}\n    inputs:\n      x: f32[s, l]\n    outputs:\n      y: f32[s, l]\n    body: |\n      y = x / sum(exp(x), axis=-1)\n";
         let module = check_source(src.as_bytes()).unwrap_or_else(|d| panic!("{d:?}"));
-        let launch =
-            fallback(&module.kernels[0].1, "cleave_t", crate::arch::SM90.sms).unwrap_or_else(|e| panic!("{e}"));
+        let launch = fallback(&module.kernels[0].1, "cleave_t", &crate::arch::SM90).unwrap_or_else(|e| panic!("{e}"));
         let svg = schedule_svg(&launch, "t");
         assert_eq!(svg, schedule_svg(&launch, "t"));
         assert_eq!(svg.matches("<g class=\"kernel\"").count(), launch.kernels.len());

@@ -292,7 +292,7 @@ fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u6
 /// The fallback launch of `graph` as a candidate, with its cost: the launch every valid graph
 /// has, ranked against the fused ones.
 pub fn fallback_candidate(graph: &ValidGraph, targets: &Targets, symbol_prefix: &str) -> Result<Candidate, PlanError> {
-    let launch = fallback(graph, symbol_prefix, targets.fit.sms)?;
+    let launch = fallback(graph, symbol_prefix, &targets.fit)?;
     let costs: Vec<Cost> =
         launch.kernels.iter().zip(&launch.registers).map(|(k, r)| cost_on(k, &graph.dims, *r, targets)).collect();
     let seconds = costs.iter().map(|c| c.seconds).sum();

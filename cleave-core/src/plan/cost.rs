@@ -10,7 +10,7 @@
 
 use super::launch::Kernel;
 use super::program::{Binding, BufKind, MmaA, Stmt, TileKernel};
-use super::stage::{SExpr, StageKernel};
+use super::stage::{SExpr, StageKernel, STAGE_UNROLL};
 use crate::arch::{Arch, Targets};
 use crate::graph::{Dim, DimTable, DimVar};
 
@@ -408,15 +408,22 @@ pub fn stage_cost(k: &StageKernel, dims: &DimTable, arch: &Arch) -> Cost {
     let gmem_bytes = bytes * elements;
     let simt_flops = ops * elements * EXTENDED_OP_COST;
     // Each thread runs its loop alone: its steps are a dependent chain of extended-exponent
-    // operations and loads, whatever the throughput.
-    let (mut steps, mut step_ops) = (0, 0);
+    // operations, whatever the throughput, and it waits out a memory latency for every
+    // STAGE_UNROLL steps' loads. Lanes that share an element take a `1 / lanes` share of its
+    // steps each, then fold their partials in `log2(lanes)` steps of one operation (a shuffle
+    // or a shared-memory read, and an addition). Threads beyond what the GPU holds at once
+    // run their chains in later rounds.
+    let mut cycles = 0.0;
     if let SExpr::Reduce { extent: n, body, .. } = &k.value {
-        steps = extent(*n);
-        let (mut b, mut o) = (0, 0);
-        count(k, body, 1, &extent, &mut b, &mut o);
-        step_ops = o;
+        let lanes = u64::from(k.lanes.max(1));
+        let (mut loaded, mut step_ops) = (0, 0);
+        count(k, body, 1, &extent, &mut loaded, &mut step_ops);
+        let wait = if loaded > 0 { arch.dram_latency * CLOCK_HZ / f64::from(STAGE_UNROLL) } else { 0.0 };
+        let step = |ops: u64| STEP_CYCLES + (ops * EXTENDED_OP_COST) as f64;
+        cycles =
+            extent(*n).div_ceil(lanes) as f64 * (step(step_ops) + wait) + f64::from(lanes.trailing_zeros()) * step(1);
     }
-    let serial = steps as f64 * (STEP_CYCLES + (step_ops * EXTENDED_OP_COST) as f64) / CLOCK_HZ;
+    let serial = waves as f64 * cycles / CLOCK_HZ;
     let terms = [
         (gmem_bytes as f64 / arch.dram_bandwidth, Bound::Dram),
         (simt_flops as f64 / arch.simt_flops, Bound::Compute),

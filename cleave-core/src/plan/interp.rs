@@ -574,11 +574,26 @@ fn stage_value(
         }
         SExpr::Reduce { op, extent, body, .. } => {
             let n = dims.extent(*extent);
-            let mut acc = if *op == ReduceOp::Max { X32::from_float(f32::NEG_INFINITY) } else { X32::zero() };
-            for j in 0..n {
-                let v = value(body, j);
-                acc = if *op == ReduceOp::Max { acc.max(v) } else { acc + v };
-            }
+            let combine = |a: X32, b: X32| if *op == ReduceOp::Max { a.max(b) } else { a + b };
+            let start = if *op == ReduceOp::Max { X32::from_float(f32::NEG_INFINITY) } else { X32::zero() };
+            // Lane `t` of the element's lanes reduces entries `t, t + lanes, ...`; the lanes
+            // then fold in the generated code's order: halves within each warp, then the warps'
+            // results, lane `l` below the width taking `combine(its own, lane l + width)`.
+            let lanes = k.lanes.max(1) as usize;
+            let mut part: Vec<X32> =
+                (0..lanes).map(|t| (t..n).step_by(lanes).fold(start, |a, j| combine(a, value(body, j)))).collect();
+            let fold = |v: &mut [X32]| {
+                let mut width = v.len() / 2;
+                while width > 0 {
+                    for l in 0..width {
+                        v[l] = combine(v[l], v[l + width]);
+                    }
+                    width /= 2;
+                }
+                v[0]
+            };
+            let mut warps: Vec<X32> = part.chunks_mut(lanes.min(32)).map(fold).collect();
+            let mut acc = fold(&mut warps);
             if *op == ReduceOp::Mean {
                 acc = acc / X32::from_f64(n as f64);
             }

@@ -1,10 +1,12 @@
 //! A launch: the kernels of one graph, in order, and the workspaces between them.
 
+use super::cost::stage_cost;
 use super::error::PlanError;
 use super::lower::{KernelIo, Planned};
 use super::partition::{Partition, Workspace, WorkspaceType};
 use super::program::{stride_params, Binding, GridAxis, Param, StrideParam, TileKernel};
-use super::stage::{stages, StageKernel};
+use super::stage::{stages, StageKernel, LANES};
+use crate::arch::Arch;
 use crate::graph::{DimTable, DimVar, ValidGraph};
 
 /// One kernel of a launch: a scheduled tile program, or a stage of the fallback.
@@ -73,7 +75,7 @@ impl Kernel {
     pub fn smem_bytes(&self) -> u64 {
         match self {
             Kernel::Tile(k) => k.smem_bytes,
-            Kernel::Stage(_) => 0,
+            Kernel::Stage(k) => k.smem_bytes(),
         }
     }
 
@@ -199,19 +201,34 @@ pub fn assemble(
 /// and the index arithmetic.
 const STAGE_REGISTERS: u64 = 48;
 
-/// The fallback launch of `graph` for a GPU of `sms` SMs: its stages, kernel `k` named
-/// `{symbol_prefix}_{k}`.
-pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, sms: u32) -> Result<Launch, PlanError> {
+/// The fallback launch of `graph` for `arch`: its stages, kernel `k` named
+/// `{symbol_prefix}_{k}`, each reduction shared by as many lanes ([`LANES`]) as the cost model
+/// finds fastest on `arch` (one thread an element on a tie).
+pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, arch: &Arch) -> Result<Launch, PlanError> {
     let (stages, workspaces) = stages(graph)?;
     let kernels: Vec<Kernel> = stages
         .into_iter()
         .enumerate()
         .map(|(k, s)| {
+            let s = if s.may_cooperate() {
+                let seconds = |s: &StageKernel| stage_cost(s, &graph.dims, arch).seconds;
+                let mut best = (seconds(&s), s.clone());
+                for &lanes in &LANES[1..] {
+                    let c = s.clone().cooperate(lanes, &graph.dims);
+                    let t = seconds(&c);
+                    if t < best.0 {
+                        best = (t, c);
+                    }
+                }
+                best.1
+            } else {
+                s
+            };
             let mut kernel = Kernel::Stage(s);
             kernel.set_symbol(format!("{symbol_prefix}_{k}"));
             kernel
         })
         .collect();
     let registers = vec![STAGE_REGISTERS; kernels.len()];
-    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms })
+    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms: arch.sms })
 }

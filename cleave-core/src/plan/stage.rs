@@ -7,6 +7,14 @@
 //! stages before it), and loops over the reduced axis itself. Broadcasting, transposes, any
 //! reduction axis and any mix of dtypes are index arithmetic and conversions at the loads.
 //!
+//! A reduction over a long axis with few elements to reduce into (a softmax's row sums over a
+//! vocabulary) would leave most of the GPU idle and run one long dependent chain per thread, so
+//! such a stage may give each element a warp or a whole block instead ([`LANES`]): lane `t` of
+//! `L` reduces entries `t, t + L, ...` and the lanes fold their partials in a fixed order
+//! (halves within a warp, then the warps' results), so the result is the same on every run.
+//! The fallback chooses the count by the cost model, among those whose lanes read consecutive
+//! addresses ([`StageKernel::may_cooperate`]).
+//!
 //! All arithmetic is in extended-exponent floats ([`crate::xfloat::X32`]; `cleave::xf` in the
 //! generated CUDA): f32 precision with no overflow, so an exp needs no running max, and the
 //! workspaces between stages hold such values (8 bytes each). The fused schedules are ranked
@@ -32,6 +40,14 @@ use crate::index::IterId;
 
 /// Threads per block of a stage kernel.
 pub const STAGE_THREADS: u64 = 256;
+
+/// How many steps of a stage's loop the generated code unrolls, so that a thread has that many
+/// loads in flight: its chain waits out a memory latency once per that many steps.
+pub const STAGE_UNROLL: u32 = 4;
+
+/// The numbers of threads that may share one element's reduction: one thread, a warp, or a
+/// whole block of [`STAGE_THREADS`].
+pub const LANES: [u32; 3] = [1, 32, 256];
 
 /// The first iterator of the grid axes over per-request slots: `SLOT_ITERS + 2 * axis + k` for
 /// the `k`-th slot axis of space axis `axis` (the space's own axes use their index).
@@ -189,6 +205,10 @@ pub struct StageKernel {
     pub positions: Option<Vec<PosAxis>>,
     /// Elements of the last axis and of the one before it that a block covers.
     pub block: [u64; 2],
+    /// Threads that share each element's reduction ([`LANES`]): 1, or a warp or a whole block
+    /// that stride through the reduced axis together and fold their partials in a fixed
+    /// order (see [`StageKernel::cooperate`]).
+    pub lanes: u32,
     /// The written parameter.
     pub out: ParamId,
     /// The value of the element at the thread's index.
@@ -198,7 +218,65 @@ pub struct StageKernel {
 impl StageKernel {
     /// Threads per block.
     pub fn threads(&self) -> u32 {
-        (self.block[0] * self.block[1]) as u32
+        (self.block[0] * self.block[1]) as u32 * self.lanes
+    }
+
+    /// Dynamic shared memory per block, bytes: one extended-exponent partial per warp when a
+    /// whole block shares an element.
+    pub fn smem_bytes(&self) -> u64 {
+        if self.lanes > 32 {
+            u64::from(self.lanes / 32) * 8
+        } else {
+            0
+        }
+    }
+
+    /// Whether lanes may share this stage's reduction: it is one, and every load that moves
+    /// with its loop walks the load's last axis, so that a warp's lanes read consecutive
+    /// elements. (Where the loop walks another axis, neighbouring elements are what is
+    /// contiguous, and one thread per element already reads memory in order.)
+    pub fn may_cooperate(&self) -> bool {
+        fn walks_last(e: &SExpr) -> bool {
+            match e {
+                SExpr::Const(_) => true,
+                SExpr::Load { index, .. } => {
+                    !index.contains(&Ix::Loop)
+                        || index.last() == Some(&Ix::Loop) && index.iter().filter(|i| **i == Ix::Loop).count() == 1
+                }
+                SExpr::Unary(_, a) | SExpr::Mask { value: a, .. } => walks_last(a),
+                SExpr::Binary(_, a, b) => walks_last(a) && walks_last(b),
+                SExpr::Reduce { .. } => false,
+            }
+        }
+        match &self.value {
+            SExpr::Reduce { body, .. } => walks_last(body),
+            _ => false,
+        }
+    }
+
+    /// The same stage with `lanes` threads to each element: a block keeps [`STAGE_THREADS`]
+    /// threads and so covers `STAGE_THREADS / lanes` elements, laid out as [`stages`] lays
+    /// them out.
+    pub fn cooperate(mut self, lanes: u32, dims: &DimTable) -> StageKernel {
+        let n = self.grid.len();
+        let rep = |a: &GridAxis| dims.get(a.dim).value;
+        let [w, rows] = block_shape(
+            STAGE_THREADS / u64::from(lanes),
+            self.grid.last().map_or(1, rep),
+            if n >= 2 { Some(rep(&self.grid[n - 2])) } else { None },
+        );
+        for (i, a) in self.grid.iter_mut().enumerate() {
+            a.tile = if i + 1 == n {
+                w
+            } else if i + 2 == n {
+                rows
+            } else {
+                1
+            };
+        }
+        self.block = [w, rows];
+        self.lanes = lanes;
+        self
     }
 
     /// The stage as one line of pseudocode: `out[o0, o1] = sum(r < k: ...)`.
@@ -237,8 +315,9 @@ impl StageKernel {
             .enumerate()
             .map(|(j, d)| if *d == Dim::One { "0".to_string() } else { format!("o{j}") })
             .collect();
+        let shared = if self.lanes > 1 { format!(", {} to an element", self.lanes) } else { String::new() };
         format!(
-            "{}[{}] = {}  # {} threads per block, extended-exponent arithmetic",
+            "{}[{}] = {}  # {} threads per block{shared}, extended-exponent arithmetic",
             out.name,
             idx.join(", "),
             go(self, &self.value, dims, &ix),
@@ -404,6 +483,14 @@ impl Params<'_> {
     }
 }
 
+/// A block of up to `budget` elements: as many of the last grid axis (of representative
+/// extent `last`) as it has, and when that is narrower, rows of the axis before it.
+fn block_shape(budget: u64, last: u64, before: Option<u64>) -> [u64; 2] {
+    let w = last.next_power_of_two().min(budget);
+    let rows = before.map_or(1, |b| (budget / w).min(b.next_power_of_two()));
+    [w, rows]
+}
+
 /// The index of the thread's element along every axis of `space`.
 fn out_index(space: &[Dim]) -> Vec<Ix> {
     space.iter().enumerate().map(|(j, d)| if *d == Dim::One { Ix::Zero } else { Ix::Out(j as u32) }).collect()
@@ -522,12 +609,9 @@ fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> Resul
             }
         }
     }
-    // A block covers up to 256 elements of the last grid axis and, when that is narrower,
-    // rows of the axis before it.
     let n = axes.len();
     let last = if n >= 1 { rep(Dim::Var(axes[n - 1].1)) } else { 1 };
-    let w = last.next_power_of_two().min(STAGE_THREADS);
-    let rows = if n >= 2 { (STAGE_THREADS / w).min(rep(Dim::Var(axes[n - 2].1)).next_power_of_two()) } else { 1 };
+    let [w, rows] = block_shape(STAGE_THREADS, last, (n >= 2).then(|| rep(Dim::Var(axes[n - 2].1))));
     let grid: Vec<GridAxis> = axes
         .iter()
         .enumerate()
@@ -612,6 +696,7 @@ fn kernel(g: &Graph, space: Vec<Dim>, value: SExpr, params: Vec<Param>) -> Resul
         space,
         positions,
         block: [w, rows],
+        lanes: 1,
         out: ParamId(0),
         value,
     })
