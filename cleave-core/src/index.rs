@@ -42,6 +42,18 @@ impl Affine {
         Affine { terms: vec![Term { iter, coeff, scale: None }], konst: 0 }
     }
 
+    /// Whether this offset is a multiple of `n` elements whatever its iterators are: each
+    /// term's coefficient, times its chunk length where it has a static one, and the constant
+    /// are. A tile's offset is a multiple of its own width, but the chunks of a static Split-K
+    /// need not be: 1000 columns in 8 parts start every 125.
+    pub fn multiple_of(&self, n: u64, dims: &DimTable) -> bool {
+        self.konst % n == 0
+            && self.terms.iter().all(|t| {
+                t.coeff % n == 0
+                    || t.scale.is_some_and(|d| !dims.get(d).dynamic && (t.coeff * dims.get(d).value) % n == 0)
+            })
+    }
+
     /// The sum of two offsets.
     pub fn add(&self, other: &Affine) -> Affine {
         let mut terms = self.terms.clone();

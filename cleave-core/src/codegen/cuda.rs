@@ -19,8 +19,8 @@ use super::ident;
 use crate::graph::{BinaryOp, DType, DimTable, DimVar, Mask, PerRequestKind, ReduceOp, StoreAxis, UnaryOp};
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{
-    deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MergeOp, MergePart, MmaA, MmaB,
-    Param, ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel,
+    copies_whole_chunks, deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MergeOp,
+    MergePart, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel,
 };
 use crate::plan::{Kernel, Launch};
 
@@ -1532,9 +1532,7 @@ impl Gen<'_> {
         self.depth += 1;
         // 16-byte copies need the tile's rows and the tensor's rows to be whole chunks.
         let epc = 16 / dtype.size();
-        let last_static =
-            p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
-        let vector = cols % epc == 0 && last_static.is_some_and(|e| e % epc == 0) && tm.axes.len() == p.shape.len();
+        let vector = copies_whole_chunks(&p, tm, self.dims);
         let (tile_base, local, row_ok, col_ok) = self.address_parts(&p, tm, "r", "c");
         let idx = format!("{tile_base} + {local}");
         let src = format!("p{}", param.0);
@@ -1726,9 +1724,7 @@ impl Gen<'_> {
         self.line("{");
         self.depth += 1;
         let epc = 16 / dtype.size();
-        let last_static =
-            p.shape.last().copied().flatten().map(|v| self.dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
-        let vector = cols % epc == 0 && last_static.is_some_and(|e| e % epc == 0) && n == p.shape.len();
+        let vector = copies_whole_chunks(p, tm, self.dims);
         let (tile_base, local, row_ok, col_ok) = self.address_parts(p, tm, "r", "c");
         let l_offset = self.affine(&tm.axes[a_l].offset);
         let pool = self.dim(pages);

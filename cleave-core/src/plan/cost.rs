@@ -9,7 +9,7 @@
 //! The estimate ranks candidates; it is not a prediction of absolute time.
 
 use super::launch::Kernel;
-use super::program::{Binding, BufKind, MmaA, Stmt, TileKernel};
+use super::program::{copies_whole_chunks, Binding, BufKind, MmaA, Stmt, TileKernel};
 use super::stage::{SExpr, StageKernel, STAGE_UNROLL};
 use crate::arch::{Arch, Targets};
 use crate::graph::{Dim, DimTable, DimVar};
@@ -263,7 +263,9 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                 let shared: u64 =
                     k.grid.iter().filter(|g| !tmap.uses(g.iter)).map(|g| trips(dims, g.dim, g.tile)).product();
                 t.reads.push((times * tmap.elements() * p.dtype.size(), shared.max(1)));
-                t.copied += times * tmap.elements() * p.dtype.size();
+                // A tile that cannot be copied 16 bytes at a time is copied element by element.
+                let per_copy = if copies_whole_chunks(p, tmap, dims) { 1 } else { 16 / p.dtype.size() };
+                t.copied += times * tmap.elements() * p.dtype.size() * per_copy;
                 // The copy lands in shared memory.
                 t.smem += times * tmap.elements() * p.dtype.size();
             }

@@ -502,6 +502,20 @@ pub fn stride_params(params: &[Param]) -> Vec<StrideParam> {
     out
 }
 
+/// Whether the tiles `tm` of `p` are copied 16 bytes at a time: a tile's rows and the
+/// tensor's (static) rows are whole 16-byte chunks, and every tile starts on one. Otherwise
+/// the copies are element by element. The code generator copies by this rule and the cost
+/// model counts the instructions it takes, so the two cannot disagree.
+pub fn copies_whole_chunks(p: &Param, tm: &TMap, dims: &DimTable) -> bool {
+    let epc = 16 / p.dtype.size();
+    let Some(last) = tm.axes.last() else { return false };
+    let last_static = p.shape.last().copied().flatten().map(|v| dims.get(v)).filter(|d| !d.dynamic).map(|d| d.value);
+    last.extent % epc == 0
+        && last_static.is_some_and(|e| e % epc == 0)
+        && tm.axes.len() == p.shape.len()
+        && last.offset.multiple_of(epc, dims)
+}
+
 /// Whether a tensor bound this way is addressed through runtime strides (inputs and outputs)
 /// rather than its dense row-major extents (workspaces).
 pub fn is_view(b: Binding) -> bool {
