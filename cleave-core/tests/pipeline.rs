@@ -10,8 +10,8 @@ use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
 use cleave_core::plan::program::flatten;
 use cleave_core::plan::stage::LANES;
 use cleave_core::plan::{
-    fallback, interp, kernel_cost, stage_cost, Bound, BufKind, Expr, Kernel, Launch, MergeOp, SExpr, Src, Stmt,
-    TileKernel, WorkspaceType,
+    fallback, interp, kernel_cost, stage_cost, Bound, BufKind, Expr, Kernel, Launch, MergeOp, SExpr, Src, StageKernel,
+    Stmt, TileKernel, WorkspaceType,
 };
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 use cleave_core::toolchain::ArchSet;
@@ -304,6 +304,45 @@ kernels:
     assert_eq!(lp.len(), 1);
     assert_eq!(matvecs(loop_body(lp[0])), 1, "the product accumulates in the loop");
     interpreted_within_tolerance(&g, l, 45, 11, 16.0);
+}
+
+#[test]
+fn a_scale_per_row_of_the_weights_moves_to_the_left_operand() {
+    // `w * sc` with `sc: [k, 1]` scales each row of the weights. Written as declared, a first
+    // kernel stores the scaled weights and the product reads them back: three passes over
+    // the weights. The search finds `matmul(x * transpose(sc), w)` (transposing a vector
+    // moves no data), which reads the weights once, the scale read across the block's
+    // columns; at this decode's dynamic contraction it is split across blocks (a count chosen
+    // at run time) and, at 16 rows, the block's four warps split each block's loop, each
+    // scaling its slice of the columns of `x`.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: row_scaled
+    dims: { s: { value: 16, dynamic: true }, k: { value: 4096, dynamic: true }, n: 256 }
+    inputs: { x: "f16[s, k]", w: "f16[k, n]", sc: "f16[k, 1]" }
+    outputs: { y: "f32[s, n]" }
+    body: |
+      y = matmul(x, w * sc)
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    let shown: String = l.kernels.iter().map(|k| k.show(l.dims())).collect();
+    // No kernel stores the scaled weights: the only workspaces are the split's f32 partials.
+    assert!(l.workspaces.iter().all(|w| w.ty == WorkspaceType::F32), "{shown}");
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    let reads: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
+    assert!(reads.contains(&"w") && reads.contains(&"sc"), "{reads:?}");
+    let lp = loops(&k.body);
+    assert_eq!(lp.len(), 1);
+    let scaled = loop_body(lp[0]).iter().any(|s| matches!(s, Stmt::Assign { expr, .. } if column_reads(expr) == 1));
+    assert!(scaled, "the loop scales x by the column read of sc: {shown}");
+    assert!(k.warps.split && k.warps.threads() == 128, "{:?}", k.warps);
+    // At ragged extents (rows and contraction both 77, then both 333, no multiple of the
+    // loop's tile) with large inputs.
+    interpreted_within_tolerance(&g, l, 77, 5, 16.0);
+    interpreted_within_tolerance(&g, l, 333, 6, 8.0);
 }
 
 /// The tensor-core products of a tile program, nested loops included.
@@ -706,7 +745,7 @@ kernels:
 
     // Lanes must read consecutive addresses: a sum down the rows keeps one thread per
     // column, whose neighbours read the next addresses, however long the columns are.
-    let g = common::graph(
+    let (s, shown) = first_fallback_stage(
         r#"
 kernels:
   - name: columns
@@ -717,11 +756,9 @@ kernels:
       y = sum(x, axis=0)
 "#,
     );
-    let l = fallback(&g, "t", &SM90).expect("a fallback");
-    let s = stage(&l, 0);
-    assert!(!s.may_cooperate() && s.lanes == 1, "{}", s.show(&g.dims));
+    assert!(!s.may_cooperate() && s.lanes == 1, "{shown}");
     // Many short rows already fill the GPU one thread a row: lanes would only add their fold.
-    let g = common::graph(
+    let (s, shown) = first_fallback_stage(
         r#"
 kernels:
   - name: short_rows
@@ -732,7 +769,15 @@ kernels:
       y = sum(exp(x), axis=-1)
 "#,
     );
+    assert!(s.may_cooperate() && s.lanes == 1, "{shown}");
+}
+
+/// The first stage of the H200 fallback of the one kernel `yaml` declares, and how it reads.
+fn first_fallback_stage(yaml: &str) -> (StageKernel, String) {
+    let g = common::graph(yaml);
     let l = fallback(&g, "t", &SM90).expect("a fallback");
-    let s = stage(&l, 0);
-    assert!(s.may_cooperate() && s.lanes == 1, "{}", s.show(&g.dims));
+    match &l.kernels[0] {
+        Kernel::Stage(s) => (s.clone(), s.show(&g.dims)),
+        Kernel::Tile(_) => panic!("the fallback's first kernel is a tile kernel"),
+    }
 }

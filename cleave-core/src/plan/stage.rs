@@ -241,7 +241,7 @@ impl StageKernel {
                 SExpr::Const(_) => true,
                 SExpr::Load { index, .. } => {
                     !index.contains(&Ix::Loop)
-                        || index.last() == Some(&Ix::Loop) && index.iter().filter(|i| **i == Ix::Loop).count() == 1
+                        || (index.last() == Some(&Ix::Loop) && index.iter().filter(|i| **i == Ix::Loop).count() == 1)
                 }
                 SExpr::Unary(_, a) | SExpr::Mask { value: a, .. } => walks_last(a),
                 SExpr::Binary(_, a, b) => walks_last(a) && walks_last(b),

@@ -45,7 +45,7 @@ use rayon::prelude::*;
 use super::abstraction::Abstraction;
 use super::atoms::Atoms;
 use super::fingerprint::{Scratch, Verdict, Verifier};
-use super::vocab::Vocab;
+use super::vocab::{is_laid_out_vector, Vocab};
 use crate::graph::{
     infer, squeeze_leading, BinaryOp, Dim, DimKind, DimTable, Mask, Node, NodeId, Op, ReduceOp, Shape, UnaryOp,
 };
@@ -471,7 +471,8 @@ impl<'s, 'a> Worker<'s, 'a> {
             let mut unary_ops: Vec<OpCode> = Vec::new();
             let views = !sp.pruning.views_on_leaves || t.view_of_leaf;
             let transposes = views || sp.vocab.transpose_computed;
-            if sp.vocab.transpose && transposes && rank >= 2 {
+            let vector = sp.vocab.transpose_vectors && t.view_of_leaf && is_laid_out_vector(&t.shape);
+            if rank >= 2 && (sp.vocab.transpose && transposes || vector) {
                 unary_ops.push(OpCode::Transpose);
             }
             unary_ops.extend(sp.vocab.unary.iter().map(|u| OpCode::Unary(*u)));

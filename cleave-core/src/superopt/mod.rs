@@ -212,7 +212,14 @@ pub fn default_max_ops(target: &Graph, reduced: &[bool], split: bool) -> usize {
             .count();
         extra = extra.max(splits + combines);
     }
-    ops + extra
+    // A vector moved across a product is transposed on the way (`Vocab::transpose_vectors`):
+    // room for one such transpose per input vector.
+    let transposes = if Vocab::of(target, split).transpose_vectors {
+        target.nodes.iter().filter(|n| matches!(n.op, Op::Input(_)) && vocab::is_laid_out_vector(&n.shape)).count()
+    } else {
+        0
+    };
+    ops + extra + transposes
 }
 
 /// Checks that the search can handle the target.

@@ -1,6 +1,6 @@
 //! The op vocabulary of a search: the ops of the target, plus `split` and `sum` (the combine).
 
-use crate::graph::{BinaryOp, Graph, Mask, Op, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, Dim, Graph, Mask, Op, ReduceOp, UnaryOp};
 
 /// Which ops the search may insert.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -17,6 +17,12 @@ pub struct Vocab {
     pub transpose: bool,
     /// The target transposes a computed tensor (not only inputs).
     pub transpose_computed: bool,
+    /// Inputs that are vectors laid out as a column or a row (a unit axis among their last
+    /// two) may be transposed even when the target transposes nothing: a scale per row of a
+    /// product's right operand (`matmul(x, w * sc)`, `sc: [k, 1]`) is the same as a scale per
+    /// column of its left (`matmul(x * transpose(sc), w)`), which reads `w` once in one
+    /// kernel instead of first writing the scaled copy. Such a transpose moves no data.
+    pub transpose_vectors: bool,
     /// Split of a reducible axis.
     pub split: bool,
     /// Masks the target applies.
@@ -44,12 +50,20 @@ impl Vocab {
                 Op::Mask(m) => push_unique(&mut v.masks, m),
             }
         }
+        v.transpose_vectors =
+            v.matmul && target.nodes.iter().any(|n| matches!(n.op, Op::Input(_)) && is_laid_out_vector(&n.shape));
         v.unary.sort();
         v.binary.sort();
         v.reduce.sort();
         v.masks.sort();
         v
     }
+}
+
+/// Whether a tensor of `shape` is a vector laid out as a column or a row of a matrix: a unit
+/// axis among its last two.
+pub(super) fn is_laid_out_vector(shape: &[Dim]) -> bool {
+    shape.len() >= 2 && shape[shape.len() - 2..].contains(&Dim::One)
 }
 
 fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {

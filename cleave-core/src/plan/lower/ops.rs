@@ -68,7 +68,17 @@ impl Lowerer<'_> {
             Value::Reg { expr, cols, scale } => Ok((expr.clone(), *cols, *scale)),
             Value::Tile { buf, tmap, trans } => {
                 if *trans {
-                    return Err(PlanError::TransposedElementwise);
+                    // A column as stored, seen as a row broadcast over the block's rows (a
+                    // scale per column of a product's left operand, declared as `[k, 1]`):
+                    // its rows are the block's columns. Any other transposed tile would need
+                    // a transposed read of shared memory, which elementwise code lacks.
+                    let BufKind::Smem { cols: 1, .. } = self.bufs[buf.0 as usize].kind else {
+                        return Err(PlanError::TransposedElementwise);
+                    };
+                    if self.row_layout(tmap) != Some(RowLayout::Broadcast) {
+                        return Err(PlanError::TransposedElementwise);
+                    }
+                    return Ok((Expr::Src(Src::Column(*buf)), cols, None));
                 }
                 if self.row_layout(tmap).is_none() {
                     return Err(PlanError::PartialRowBroadcast);

@@ -126,6 +126,17 @@ impl Lowerer<'_> {
                 _ => {}
             }
         }
+        // A one-column tile read only across the block's columns (`Src::Column`: its row `c`
+        // is the block's column `c`, a scale per column of a product's left operand) whose
+        // rows move with the loop is a slice of the loop's columns like any tile whose columns
+        // move: each warp reads the rows of its slice.
+        for b in row_tiles.clone() {
+            let one_column = matches!(self.bufs[b.0 as usize].kind, BufKind::Smem { cols: 1, .. });
+            if one_column && !col_tiles.contains(&b) && read_only_as_column(lbody, b) {
+                row_tiles.remove(&b);
+                col_tiles.insert(b);
+            }
+        }
         // Register tiles sliced along the loop's columns: each warp holds its slice.
         let mut sliced: BTreeSet<BufId> = BTreeSet::new();
         let mut written: BTreeSet<BufId> = BTreeSet::new();
@@ -282,6 +293,37 @@ impl Lowerer<'_> {
         body.insert(at + 1, Stmt::Merge { scratch, parts: merge });
         Some(Warps { m, n, m_tiles: self.rows.div_ceil(16) as u32 / m, split: true })
     }
+}
+
+/// Whether every read of `b` in `body` is an elementwise `Src::Column` read.
+fn read_only_as_column(body: &[Stmt], b: BufId) -> bool {
+    fn uses(e: &Expr, b: BufId, column: &mut bool, other: &mut bool) {
+        match e {
+            Expr::Src(Src::Column(x)) if *x == b => *column = true,
+            Expr::Src(Src::Reg(x) | Src::Tile(x)) if *x == b => *other = true,
+            Expr::Src(_) => {}
+            Expr::Unary(_, a) | Expr::MaskCols(a, _, _) | Expr::MaskSlice(a, _, _) | Expr::Mask(a, _) => {
+                uses(a, b, column, other)
+            }
+            Expr::Binary(_, a, c) | Expr::ExpDiff(a, c) => {
+                uses(a, b, column, other);
+                uses(c, b, column, other);
+            }
+        }
+    }
+    let (mut column, mut other) = (false, false);
+    for s in body {
+        match s {
+            Stmt::Load { .. } => {}
+            Stmt::Assign { expr, .. } | Stmt::RowReduce { expr, .. } => uses(expr, b, &mut column, &mut other),
+            s => {
+                let mut all = Vec::new();
+                s.bufs(&mut all);
+                other |= all.contains(&b);
+            }
+        }
+    }
+    column && !other
 }
 
 /// Makes a statement after the loop read (and write) `to` for the register tile `from`.
