@@ -1054,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (0) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (0) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1065,7 +1065,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (0) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (0) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1097,7 +1097,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (1) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (1) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1108,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (1) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (1) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1140,7 +1140,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (2) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (2) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1151,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (2) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (2) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1183,7 +1183,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1194,7 +1194,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (3) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1226,7 +1226,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1237,7 +1237,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (4) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1269,7 +1269,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1280,7 +1280,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (5) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1312,7 +1312,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1323,7 +1323,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           if (ei >= 4) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 128 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 128 + (6) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1360,7 +1360,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             if (ei >= 4) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 4) && true;
-            cleave::st_shared<float>((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::cp_async_4((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
           }
         }
         // t_ws0_max = Load(ws0_max)
@@ -1371,7 +1371,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             if (ei >= 4) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 4) && true;
-            cleave::st_shared<float>((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::cp_async_4((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
           }
         }
         // t_ws1 = Load(ws1)
@@ -1496,7 +1496,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
               if (ei >= 4) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::cp_async_4((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p0, ok ? 4 : 0);
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -1507,7 +1507,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
               if (ei >= 4) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 4) && (0 < cleave_room(e_batch_size - (1LL * i0))) && (0 < cleave_room(e_s_kv_len - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::cp_async_4((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((0LL) * 1LL + (1LL * i1) * 4LL * 1LL + (1LL * i0) * 8LL * 4LL * 1LL + (1LL * j0) * e_batch_size * 8LL * 4LL * 1LL + (0LL)) + (((r / 1) % 4) * 1LL + 0 * 4LL * 1LL + 0 * 8LL * 4LL * 1LL + 0 * e_batch_size * 8LL * 4LL * 1LL + (long long)c)) : p1, ok ? 4 : 0);
             }
           }
           // t_ws1 = Load(ws1)

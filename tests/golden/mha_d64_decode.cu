@@ -1030,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1041,7 +1041,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (0) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1072,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1083,7 +1083,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (1) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1114,7 +1114,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1125,7 +1125,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (2) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1156,7 +1156,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1167,7 +1167,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (3) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1198,7 +1198,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1209,7 +1209,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (4) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1240,7 +1240,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1251,7 +1251,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (5) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1282,7 +1282,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 0 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 0 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
         }
       }
       // t_ws0_max = Load(ws0_max)
@@ -1293,7 +1293,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
           if (ei >= 16) break;
           const int r = ei / 1, c = ei % 1;
           const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-          cleave::st_shared<float>((smem + 512 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+          cleave::cp_async_4((smem + 512 + (6) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
         }
       }
       // t_ws1 = Load(ws1)
@@ -1329,7 +1329,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::cp_async_4((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
           }
         }
         // t_ws0_max = Load(ws0_max)
@@ -1340,7 +1340,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
             if (ei >= 16) break;
             const int r = ei / 1, c = ei % 1;
             const bool ok = (r < 16) && true;
-            cleave::st_shared<float>((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+            cleave::cp_async_4((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
           }
         }
         // t_ws1 = Load(ws1)
@@ -1464,7 +1464,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p0, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::cp_async_4((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p0 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p0, ok ? 4 : 0);
             }
           }
           // t_ws0_max = Load(ws0_max)
@@ -1475,7 +1475,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
               if (ei >= 16) break;
               const int r = ei / 1, c = ei % 1;
               const bool ok = (r < 16) && (((r / 1) % 16) < cleave_room(e_b - (16LL * i1))) && (0 < cleave_room(e_s_l - (1LL * j0))) && true;
-              cleave::st_shared<float>((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? cleave::ld_global(p1, ((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : cleave::from_float<float>(0.0f));
+              cleave::cp_async_4((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(r, c), ok ? p1 + (((16LL * i1) * 1LL + (1LL * i0) * e_b * 1LL + (1LL * j0) * 32LL * e_b * 1LL + (0LL)) + (((r / 1) % 16) * 1LL + 0 * e_b * 1LL + 0 * 32LL * e_b * 1LL + (long long)c)) : p1, ok ? 4 : 0);
             }
           }
           // t_ws1 = Load(ws1)

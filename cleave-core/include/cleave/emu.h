@@ -198,7 +198,9 @@ struct Message {
 struct CpCopy {
   unsigned char* dst;
   const unsigned char* src;
+  // Bytes read from `src`; the rest of the `size` copied (4 or 16) is zero-filled.
   uint32_t bytes;
+  uint32_t size;
   uint64_t group;
   // The source line of the issue, and whether the data has landed already.
   uint32_t line;
@@ -376,7 +378,7 @@ inline uint32_t pop_ready(Worker& w) {
 inline void land(CpCopy& c) {
   if (!c.landed) {
     if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
-    std::memset(c.dst + c.bytes, 0, 16 - c.bytes);
+    std::memset(c.dst + c.bytes, 0, c.size - c.bytes);
     c.landed = true;
   }
 }
@@ -445,12 +447,12 @@ inline uint32_t smem_offset(const Worker& w, const void* p) {
   if (&owner == &me) {
     fail_at(w, me,
             "cp.async hazard at byte %u of shared memory: line %u %s the destination of this thread's "
-            "cp_async_16 from line %u before a cp_async_wait has completed it",
+            "cp_async_16 or cp_async_4 from line %u before a cp_async_wait has completed it",
             off, line, access, s.w_line);
   }
   fail_at(w, me,
           "cp.async hazard at byte %u of shared memory: line %u %s the destination of the "
-          "cp_async_16 thread (%u,%u,%u) issued at line %u, which that thread has not waited for "
+          "cp_async_16 or cp_async_4 thread (%u,%u,%u) issued at line %u, which that thread has not waited for "
           "(a cp_async_wait and a __syncthreads must come between)",
           off, line, access, owner.tid.x, owner.tid.y, owner.tid.z, s.w_line);
 }
@@ -497,7 +499,7 @@ inline void complete_copy(Worker& w, Fiber& f, CpCopy& c) {
   land(c);
   if (!checking_races(w)) return;
   const uint32_t base = smem_offset(w, c.dst);
-  for (uint32_t off = base; off < base + 16; ++off) {
+  for (uint32_t off = base; off < base + c.size; ++off) {
     Shadow& s = w.shadow[off];
     s.pending = 0;
     s.w_epoch = w.epoch;
@@ -805,27 +807,31 @@ inline void syncthreads(uint32_t line) {
   suspend(w);
 }
 
-inline void cp_async(void* dst, const void* src, int src_bytes, uint32_t line) {
+// A `size`-byte asynchronous copy (`cp_async_16` or `cp_async_4`): both addresses aligned to
+// `size`, at most `size` bytes read and the rest zero-filled.
+inline void cp_async(void* dst, const void* src, int src_bytes, uint32_t size, uint32_t line) {
   Worker& w = *tl_worker;
   Fiber& f = *w.cur;
-  if (src_bytes < 0 || src_bytes > 16) {
-    fail_at(w, f, "cp_async_16 at line %u with src_bytes %d (must be 0..16)", line, src_bytes);
+  if (src_bytes < 0 || uint32_t(src_bytes) > size) {
+    fail_at(w, f, "cp_async_%u at line %u with src_bytes %d (must be 0..%u)", size, line, src_bytes, size);
   }
-  check_smem(w, f, dst, 16, 16, "cp_async_16 destination", line);
-  if (src_bytes && reinterpret_cast<uintptr_t>(src) % 16) {
-    fail_at(w, f, "alignment hazard: cp_async_16 source %p at line %u is not 16-byte aligned", src, line);
+  const bool narrow = size == 4;
+  check_smem(w, f, dst, size, size, narrow ? "cp_async_4 destination" : "cp_async_16 destination", line);
+  if (src_bytes && reinterpret_cast<uintptr_t>(src) % size) {
+    fail_at(w, f, "alignment hazard: cp_async_%u source %p at line %u is not %u-byte aligned", size, src, line,
+            size);
   }
   // The source must point into its buffer even when nothing is read from it.
-  check_global(w, src, src, size_t(src_bytes), "cp_async_16 source", line);
+  check_global(w, src, src, size_t(src_bytes), narrow ? "cp_async_4 source" : "cp_async_16 source", line);
   if (checking_races(w)) {
     // The copy may land at once: it writes its destination now, and stays pending until the
     // wait that completes it.
-    shadow_access(w, f, dst, 16, true, line);
+    shadow_access(w, f, dst, size, true, line);
     const uint32_t base = smem_offset(w, dst);
-    for (uint32_t off = base; off < base + 16; ++off) w.shadow[off].pending = uint16_t(f.index + 1);
+    for (uint32_t off = base; off < base + size; ++off) w.shadow[off].pending = uint16_t(f.index + 1);
   }
   f.cp.push_back(CpCopy{static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
-                        uint32_t(src_bytes), f.cp_committed, line, false});
+                        uint32_t(src_bytes), size, f.cp_committed, line, false});
   if (w.schedule == CLEAVE_EMU_SCHEDULE_RANDOM && (splitmix64(w.rng) & 1)) land(f.cp.back());
 }
 
@@ -1129,7 +1135,10 @@ inline void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row, CLEAVE_EMU_LI
 }
 
 inline void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, CLEAVE_EMU_LINE) {
-  emu::detail::cp_async(smem_dst, gmem_src, src_bytes, line);
+  emu::detail::cp_async(smem_dst, gmem_src, src_bytes, 16, line);
+}
+inline void cp_async_4(void* smem_dst, const void* gmem_src, int src_bytes, CLEAVE_EMU_LINE) {
+  emu::detail::cp_async(smem_dst, gmem_src, src_bytes, 4, line);
 }
 inline void cp_async_commit() { ++emu::detail::tl_worker->cur->cp_committed; }
 template <int N>

@@ -120,6 +120,15 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
                "l"(detail::gmem_addr(gmem_src)), "r"(src_bytes)));
 }
 
+// One 4-byte element (f32, i32): `cp.async` of 4 bytes goes through L1 (`.ca`; only 16-byte
+// copies may bypass it). src-size 0 writes a zero and reads nothing. Both addresses 4-byte
+// aligned.
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src, int src_bytes) {
+  CLEAVE_SM80_OR_TRAP(asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                   detail::smem_addr(smem_dst)),
+               "l"(detail::gmem_addr(gmem_src)), "r"(src_bytes)));
+}
+
 __device__ __forceinline__ void cp_async_commit() { CLEAVE_SM80_OR_TRAP(asm volatile("cp.async.commit_group;\n" ::)); }
 
 // The memory clobber keeps the compiler from hoisting this thread's shared-memory reads above

@@ -1,4 +1,4 @@
-// cp_async_16: zero-fill by src_bytes, deferral until cp_async_wait (reads before the wait see
+// cp_async_16 and cp_async_4: zero-fill by src_bytes, deferral until cp_async_wait (reads before the wait see
 // old shared memory, as on hardware), group accounting, and the errors for bad operands of it
 // and of the 16-byte global loads and stores.
 #include "test_util.h"
@@ -134,6 +134,31 @@ void pending_at_exit() {
   CHECK(std::memcmp(seen.b, src[0].b, 16) == 0, "copy pending at exit was not performed");
 }
 
+// cp_async_4 copies one 4-byte element or, with src_bytes 0, writes a zero and reads nothing;
+// like the 16-byte copy it lands only at its wait.
+void four_bytes() {
+  std::vector<Row> src = random_rows(8, 7);
+  const unsigned char* words = src[0].b;  // 128 bytes: 32 words
+  unsigned char early[32][4], late[32][4];
+  int rc = test::run(test::config(1, 32, 32 * 4), [&] {
+    unsigned l = threadIdx.x;
+    unsigned char* dst = cleave::dynamic_smem() + 4 * l;
+    cleave::cp_async_4(dst, words + 4 * l, l % 3 ? 4 : 0);
+    cleave::cp_async_commit();
+    std::memcpy(early[l], dst, 4);  // the deliberate bug: no wait before reading
+    cleave::cp_async_wait<0>();
+    std::memcpy(late[l], dst, 4);
+  });
+  CHECK(rc == 0, "four_bytes: launch failed");
+  for (int l = 0; l < 32; ++l) {
+    for (int i = 0; i < 4; ++i) {
+      unsigned char want = l % 3 ? words[4 * l + i] : 0;
+      CHECK(early[l][i] == kGarbage, "four_bytes lane %d read %02x before the wait", l, early[l][i]);
+      CHECK(late[l][i] == want, "four_bytes lane %d byte %d: got %02x want %02x", l, i, late[l][i], want);
+    }
+  }
+}
+
 void expect_error(const char* name, int bad, const char* needle) {
   std::vector<Row> src = random_rows(2, 6);
   std::string err;
@@ -147,6 +172,9 @@ void expect_error(const char* name, int bad, const char* needle) {
         case 3: cleave::cp_async_16(s, src[0].b, 17); break;                 // src_bytes > 16
         case 4: cleave::cp_async_16(src[1].b, src[0].b, 16); break;          // dst not in smem
         case 5: cleave::st_global_16(src[1].b + 8, s); break;                // misaligned store
+        case 7: cleave::cp_async_4(s, src[0].b + 2, 4); break;               // misaligned src
+        case 8: cleave::cp_async_4(s + 2, src[0].b, 4); break;               // misaligned dst
+        case 9: cleave::cp_async_4(s, src[0].b, 8); break;                   // src_bytes > 4
         default: cleave::ld_global_16(s, src[0].b + 4); break;               // misaligned load
       }
     }
@@ -164,6 +192,7 @@ int main() {
   deferral();
   groups();
   pending_at_exit();
+  four_bytes();
   expect_error("out of range", 0, "outside the block's 64 bytes");
   expect_error("misaligned destination", 1, "not 16-byte aligned");
   expect_error("misaligned source", 2, "source");
@@ -171,5 +200,8 @@ int main() {
   expect_error("global destination", 4, "outside");
   expect_error("st_global_16 alignment", 5, "st_global_16 destination");
   expect_error("ld_global_16 alignment", 6, "ld_global_16 source");
+  expect_error("cp_async_4 source alignment", 7, "cp_async_4 source");
+  expect_error("cp_async_4 destination alignment", 8, "cp_async_4 destination");
+  expect_error("cp_async_4 src_bytes", 9, "src_bytes 8 (must be 0..4)");
   return test::finish("cp_async");
 }
