@@ -787,7 +787,7 @@ def render(results, tolerance):
                 notes.append("%s %s %s: %s" % (k, case["case"], name, b["note"]))
         best = [base[n]["us"] for n in base if base[n] and "us" in base[n]]
         speed = tflops = gbs = "–"
-        if "us" in cle:
+        if cle.get("us"):
             if best:
                 speed = "%.2f×" % (min(best) / cle["us"])
             if case.get("flops"):
@@ -830,12 +830,18 @@ def render(results, tolerance):
 
 
 def write_results(out, results, tolerance):
+    """Writes results.json and results.md, each through a temporary file and a rename, so that
+    a run stopped at its time limit never leaves a half-written file."""
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1, default=str, allow_nan=True)
     text = render(results, tolerance)
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(text)
+    for name, write in (
+        ("results.json", lambda f: json.dump(results, f, indent=1, default=str, allow_nan=True)),
+        ("results.md", lambda f: f.write(text)),
+    ):
+        path = os.path.join(out, name)
+        with open(path + ".partial", "w") as f:
+            write(f)
+        os.replace(path + ".partial", path)
     return text
 
 

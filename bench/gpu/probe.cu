@@ -12,7 +12,9 @@
 //              of 56 to 1792 blocks of 4 warps: whether a grid one block short of a wave (112
 //              blocks on 132 SMs) is slower than two uneven waves (224) or many small blocks,
 //              which is the choice the scheduler makes for the decode GEMVs;
-//   4. latency a dependent chain of loads through a buffer larger than L2 (`Arch::dram_latency`
+//   4. launches what an empty launch costs when queued, and what a dependent second launch
+//              (a split's combine) adds after a streaming kernel (`LAUNCH_SECONDS`);
+//   5. latency a dependent chain of loads through a buffer larger than L2 (`Arch::dram_latency`
 //              is the loaded latency, which this idle figure bounds from below).
 //
 // Every block streams one contiguous slice with 16-byte loads that bypass L1, `unroll` of them
@@ -96,6 +98,9 @@ __global__ void chase(const uint32_t* __restrict__ next, uint32_t hops, uint32_t
     *out = i;
 }
 
+// Does nothing: what a launch costs on its own.
+__global__ void empty_kernel() {}
+
 __global__ void fill(uint32_t* p, size_t words) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
         p[i] = uint32_t(i * 2654435761u) | 1u;
@@ -119,6 +124,17 @@ void launch_read(int blocks, int threads, int smem, const int4* src, int4* dst, 
 template <int U>
 void launch_copy(int blocks, int threads, int smem, const int4* src, int4* dst, size_t per_block) {
     stream_copy<U><<<blocks, threads, smem>>>(src, dst, per_block);
+}
+
+void launch_empty(int, int, int, const int4*, int4*, size_t) { empty_kernel<<<1, 32>>>(); }
+
+// A streaming read followed in the same stream by a small kernel of 64 blocks reading 1 MiB,
+// as a split decode's combine follows its partials: the difference from the read alone is
+// what the second, dependent launch adds (`cost.rs`'s `LAUNCH_SECONDS` charges 4 µs).
+template <int U>
+void launch_read_then_small(int blocks, int threads, int smem, const int4* src, int4* dst, size_t per_block) {
+    stream_read<U><<<blocks, threads, smem>>>(src, per_block, dst);
+    stream_read<1><<<64, 128>>>(src, (size_t(1) << 20) / 16 / 64, dst);
 }
 
 Launch read_kernel(int unroll) {
@@ -301,7 +317,26 @@ int main(int argc, char** argv) {
         std::printf("\n");
     }
 
-    // 4. Latency: a random cycle through 1 GiB of 32-bit indices, one hop per 4 KiB page at
+    // 4. Launches: an empty kernel queued back to back, and the cost of a dependent second
+    // launch after a 64 MiB read over every SM.
+    {
+        double empty = time_launch(launch_empty, 1, 32, 0, src, dst, 0, 1000);
+        const int blocks = gpu.sms * 4;
+        const size_t per = (size_t(64) << 20) / 16 / blocks;
+        double alone = time_launch(read_kernel(8), blocks, 256, 0, src, dst, per, 20);
+        double pair = time_launch(launch_read_then_small<8>, blocks, 256, 0, src, dst, per, 20);
+        std::printf("## Launches\n\n| what | µs |\n|---|---:|\n| an empty kernel, queued back to back | %.2f |\n"
+                    "| a 64 MiB read over %d blocks | %.2f |\n| the same, then a 64-block kernel reading 1 MiB | %.2f |\n"
+                    "| what the second launch adds | %.2f |\n\n",
+                    empty * 1e6, blocks, alone * 1e6, pair * 1e6, (pair - alone) * 1e6);
+        json.key("launches");
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "{\"empty_s\": %.4g, \"read_s\": %.4g, \"read_then_small_s\": %.4g}", empty, alone,
+                      pair);
+        json.text += buf;
+    }
+
+    // 5. Latency: a random cycle through 1 GiB of 32-bit indices, one hop per 4 KiB page at
     // most once, so neither L2 nor a row buffer helps.
     {
         const size_t n = (size_t(1) << 30) / 4;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command of a GPU benchmark run (README.md beside this file says how to prepare
-# it): runs the prebuilt cleave-gpu-bench, then compare.py, each under its own time
-# limit so that a hang in one still leaves the other's results, and writes everything to $OUT.
+# it): runs the memory-system probe, the prebuilt cleave-gpu-bench once per kernel, then
+# compare.py, each under its own time limit so that a hang in one still leaves the others'
+# results, and writes everything to $OUT.
 #
 #   bash bench/gpu/run.sh [KERNEL...]       all kernels of kernels.yaml, or only these
 #
@@ -10,7 +11,8 @@
 #   CLEAVE_BENCH_DATA  the check's raw tensors, kept off $OUT because they are large
 #                      (default /tmp/cleave-gpu-bench-data)
 #   PROBE_LIMIT_S      time limit of the memory-system probe, bin/probe (default 60)
-#   BENCH_LIMIT_S      time limit of the bench binary (default 120)
+#   BENCH_LIMIT_S      time limit of all the bench binary's runs together (default 150)
+#   KERNEL_LIMIT_S     time limit of one kernel's run (default 45)
 #   COMPARE_LIMIT_S    time limit of compare.py (default 180)
 #   COMPARE_BUDGET_S   compare.py's own budget: torch.compile cases that would not fit it are
 #                      skipped, so it finishes before its limit (default 150)
@@ -50,11 +52,38 @@ else
   echo "run.sh: $here/bin/probe is missing; the memory-system probe is skipped (see bench/gpu/README.md)"
 fi
 
-# shellcheck disable=SC2086 # BENCH_ARGS and COMPARE_ARGS are option lists, split on purpose.
-timeout --kill-after=10 "${BENCH_LIMIT_S:-120}" \
-  "$bin" --out "$out" --data "$data" ${BENCH_ARGS:-} "$@" 2>&1 | tee "$out/bench.log"
-bench_rc=${PIPESTATUS[0]}
-echo "run.sh: cleave-gpu-bench exited with $bench_rc (124: stopped at its time limit)"
+# Each kernel runs in a process of its own, so that a sticky CUDA error (an illegal address
+# poisons the context for every later launch) or a hang in one kernel costs only its own
+# results; merge.py then joins the parts into the manifest.json and timings.json compare.py reads.
+if (($# > 0)); then
+  kernels=("$@")
+else
+  mapfile -t kernels < <("$bin" --list | awk '{print $1}')
+fi
+deadline=$((SECONDS + ${BENCH_LIMIT_S:-150}))
+parts=()
+bench_rc=0
+: >"$out/bench.log"
+for k in "${kernels[@]}"; do
+  left=$((deadline - SECONDS))
+  if ((left < 5)); then
+    echo "run.sh: $k skipped: the bench's time limit is spent" | tee -a "$out/bench.log"
+    bench_rc=124
+    continue
+  fi
+  limit=$((left < ${KERNEL_LIMIT_S:-45} ? left : ${KERNEL_LIMIT_S:-45}))
+  part="$out/parts/$k"
+  mkdir -p "$part"
+  # shellcheck disable=SC2086 # BENCH_ARGS is an option list, split on purpose.
+  timeout --kill-after=5 "$limit" "$bin" --out "$part" --data "$data" ${BENCH_ARGS:-} "$k" 2>&1 | tee -a "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then
+    echo "run.sh: $k: cleave-gpu-bench exited with $rc (124: stopped at its time limit of $limit s)" | tee -a "$out/bench.log"
+    bench_rc=$rc
+  fi
+  parts+=("$part")
+done
+python3 "$here/merge.py" --out "$out" "${parts[@]}" 2>&1 | tee -a "$out/bench.log"
 
 # shellcheck disable=SC2086
 timeout --kill-after=10 "${COMPARE_LIMIT_S:-180}" \
