@@ -194,14 +194,19 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                     name: leak_str(&d.name),
                     value: d.value,
                     dynamic: d.dynamic,
-                    derive: d.derive.as_ref().map(|DeriveData::SplitCount { blocks, entries, batch, sms }| {
-                        Derive::SplitCount {
-                            blocks: product(blocks),
-                            entries: product(entries),
-                            batch: *batch,
-                            sms: *sms,
-                        }
-                    }),
+                    derive: d.derive.as_ref().map(
+                        |DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill }| {
+                            Derive::SplitCount {
+                                blocks: product(blocks),
+                                streams: product(streams),
+                                entries: product(entries),
+                                batch: *batch,
+                                sms: *sms,
+                                resident: *resident,
+                                fill: *fill,
+                            }
+                        },
+                    ),
                 })
                 .collect(),
         ),
@@ -315,6 +320,15 @@ pub fn storage_shape(decl: &cleave_core::graph::TensorDecl, bindings: &Bindings)
     }
 }
 
+/// How [`HostLibrary::run_shaped`] passes the tensors and picks the split count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunShape {
+    /// Every tensor a padded, offset view of a larger buffer ([`HostLibrary::run_views`]).
+    pub views: bool,
+    /// The split count every split-count dim is pinned to (`None`: the launcher's choice).
+    pub split_count: Option<u64>,
+}
+
 impl HostLibrary {
     /// The runtime plan this library implements.
     pub fn plan(&self) -> &'static LaunchPlan {
@@ -344,7 +358,7 @@ impl HostLibrary {
         seed: u64,
         options: &EmuOptions,
     ) -> Result<Vec<Tensor>, String> {
-        self.run_in(launch, bindings, inputs, seed, options, false)
+        self.run_shaped(launch, bindings, inputs, seed, options, RunShape::default())
     }
 
     /// Like [`HostLibrary::run_with`], with every input and output passed as a view inside a
@@ -361,18 +375,21 @@ impl HostLibrary {
         seed: u64,
         options: &EmuOptions,
     ) -> Result<Vec<Tensor>, String> {
-        self.run_in(launch, bindings, inputs, seed, options, true)
+        self.run_shaped(launch, bindings, inputs, seed, options, RunShape { views: true, ..RunShape::default() })
     }
 
-    fn run_in(
+    /// The run of [`HostLibrary::run_with`] or [`HostLibrary::run_views`] as `shape` says,
+    /// with the split count pinned when it names one (as `Args::split_count` pins it on a GPU).
+    pub fn run_shaped(
         &self,
         launch: &Launch,
         bindings: &Bindings,
         inputs: &[Tensor],
         seed: u64,
         options: &EmuOptions,
-        views: bool,
+        shape: RunShape,
     ) -> Result<Vec<Tensor>, String> {
+        let views = shape.views;
         let g = &launch.graph;
         let mut fns: Vec<EmuFn> = Vec::new();
         for l in self.plan.launches {
@@ -412,8 +429,12 @@ impl HostLibrary {
                 plan.dims.len()
             ));
         }
-        // A split count chosen at run time is the launcher's choice, as on a GPU.
+        // A split count chosen at run time is the launcher's choice, as on a GPU, unless the
+        // caller pins it.
         cleave_runtime::plan::derive_extents(plan, &mut extents);
+        if let Some(count) = shape.split_count {
+            cleave_runtime::plan::pin_split_count(plan, &mut extents, count).map_err(|e| e.to_string())?;
+        }
         let count = |spec: &TensorSpec| -> Result<usize, String> {
             let n = spec.elements(plan, &extents).map_err(|e| e.to_string())?;
             usize::try_from(n).map_err(|_| format!("{}: `{}` has {n} elements", plan.kernel, spec.name))

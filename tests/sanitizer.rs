@@ -162,6 +162,7 @@ fn a_deep_pipeline_waits_for_exactly_its_own_tiles() {
 
 #[test]
 fn a_dense_split_count_follows_the_extents() {
+    use cleave_core::plan::requests;
     // gqa_decode splits its dynamic keys, and the launcher counts the parts from the extents:
     // many for one query over a long context, few for a larger batch over a short one. One
     // library runs both, matching the reference.
@@ -179,13 +180,10 @@ fn a_dense_split_count_follows_the_extents() {
     for extents in [[("b", 1), ("l", 3001)], [("b", 20), ("l", 290)]] {
         let (b, lb) = bindings(&c, &extents);
         let k = launch.kernels[0].tile().expect("the split kernel");
-        let blocks: u64 = k
-            .grid
-            .iter()
-            .filter(|a| a.dim != split)
-            .map(|a| lb.values[a.dim.index()].div_ceil(a.tile).max(1))
-            .product();
-        parts.push(cleave_core::plan::requests::split_count(blocks, extents[1].1, u64::from(launch.sms)));
+        let extent = |d: cleave_core::graph::DimVar| lb.values[d.index()];
+        let resident = u64::from(launch.resident[0]);
+        let shape = requests::split_shape(k, split, &extent, extents[1].1, launch.sms, resident, launch.fill);
+        parts.push(requests::split_count(shape));
         let inputs = random_inputs(&c.declared, &b, 7, &InputScale { default: 11.0, per_input: Vec::new() });
         let want = eval(&c.declared, &b, &inputs).expect("reference");
         let opts = EmuOptions { checks: checks::ALL, schedule: Schedule::RoundRobin };

@@ -475,23 +475,29 @@ fn the_compiler_and_the_launcher_split_alike() {
     use cleave::runtime::plan as rt;
     use cleave_core::plan::requests as core;
     assert_eq!(
-        (core::SPLIT_BLOCKS_PER_SM, core::SPLIT_MIN_CHUNK, core::SPLIT_MAX, core::SPLIT_BLOCK_OVERHEAD),
-        (rt::SPLIT_BLOCKS_PER_SM, rt::SPLIT_MIN_CHUNK, rt::SPLIT_MAX, rt::SPLIT_BLOCK_OVERHEAD)
+        (core::SPLIT_MIN_CHUNK, core::SPLIT_MAX, core::SPLIT_BLOCK_OVERHEAD),
+        (rt::SPLIT_MIN_CHUNK, rt::SPLIT_MAX, rt::SPLIT_BLOCK_OVERHEAD)
     );
     let mut split = 0;
+    let mut seen = std::collections::BTreeSet::new();
     for sms in [0, 1, 46, 78, 108, 132, 148] {
         for blocks in [0, 1, 2, 3, 7, 32, 64, 100, 264, 265, 1000, 1 << 20] {
-            for per_request in [0, 1, 255, 256, 257, 511, 1024, 4096, 8191, 16384, 1 << 30] {
-                let c = core::split_count(blocks, per_request, sms);
-                assert_eq!(
-                    c,
-                    rt::split_count(blocks, per_request, sms),
-                    "{blocks} blocks, {per_request} per request, {sms} SMs"
-                );
-                split = split.max(c);
+            for streams in [0, 1, blocks / 4, blocks, blocks + 1] {
+                for per_request in [0, 1, 255, 256, 257, 511, 1024, 4096, 8191, 16384, 1 << 30] {
+                    for (resident, fill) in [(0, 0), (1, 102), (2, 83), (3, 116), (64, 4096)] {
+                        let c =
+                            core::split_count(core::SplitShape { blocks, streams, per_request, sms, resident, fill });
+                        let r = rt::split_count(rt::SplitShape { blocks, streams, per_request, sms, resident, fill });
+                        assert_eq!(c, r, "{blocks} blocks ({streams} streaming), {per_request} per request, {sms} SMs, {resident} resident, fill {fill}");
+                        split = split.max(c);
+                        seen.insert(c);
+                    }
+                }
             }
         }
     }
+    // The counts vary with the shape: a rule that ignored its inputs would not pass.
+    assert!(seen.len() > 10, "{seen:?}");
     // The sweep reaches the cap, so a change to either rule's clamp shows here.
     assert_eq!(split, core::SPLIT_MAX);
 }

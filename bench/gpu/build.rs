@@ -122,7 +122,7 @@ fn launcher(
             let _ = writeln!(
                 f,
                 "fn cuda_{name}(stream: &::std::sync::Arc<CudaStream>, ins: &[DevBuf], outs: &mut [DevBuf], dynamic: \
-                 &[usize]) -> Result<(), BenchError> {{"
+                 &[usize], split: Option<u64>) -> Result<(), BenchError> {{"
             );
         }
         Backend::Host => {
@@ -166,6 +166,30 @@ fn launcher(
     };
     let args: Vec<String> =
         ins.iter().map(|v| format!("{borrow}{v}")).chain(outs.iter().map(|v| format!("{borrow_mut}{v}"))).collect();
+    if backend == Backend::Cuda {
+        // A pinned split count needs the argument builder itself; the generated `launch`
+        // takes the launcher's own count.
+        let _ = writeln!(f, "    if let Some(count) = split {{");
+        let _ = writeln!(
+            f,
+            "        let plan = ::cleave::runtime::cuda::select(stream.context(), &crate::kernels::{name}::PLANS)?;"
+        );
+        let _ = writeln!(
+            f,
+            "        let mut args = ::cleave::runtime::cuda::Args::new(plan, stream, &[{}])?;",
+            dims.join(", ")
+        );
+        let _ = writeln!(f, "        args.split_count(count)?;");
+        for (v, (_, ty)) in ins.iter().zip(inputs) {
+            let _ = writeln!(f, "        args.input::<{ty}, _>(&{v})?;");
+        }
+        for (v, (_, ty)) in outs.iter().zip(outputs) {
+            let _ = writeln!(f, "        args.output::<{ty}, _>(&mut {v})?;");
+        }
+        let _ = writeln!(f, "        // SAFETY: FATBIN was compiled from the same generated source as PLANS.");
+        let _ = writeln!(f, "        unsafe {{ args.launch(crate::kernels::{name}::FATBIN.as_ref()) }}?;");
+        let _ = writeln!(f, "        return Ok(());\n    }}");
+    }
     let call = match backend {
         Backend::Cuda => format!("launch(stream, {}", args.join(", ")),
         Backend::Host => format!("run_host({}", args.join(", ")),

@@ -105,17 +105,18 @@ fn decode_blocks_keep_four_warps_busy() {
     let decode: Vec<String> =
         module.kernels.iter().map(|(d, _)| d.name.clone()).filter(|n| n.contains("_decode")).collect();
     assert_eq!(decode.len(), 14);
-    // And, in the plan a default build makes for the H200, at least one wave on its 132 SMs at
-    // the declared extents (with the split counts the launcher derives there), but for five:
-    // MQA decode (its 32 heads packed 8 to a block leave 4 blocks per split, and 4,096 keys
-    // allow 32 splits of 128), RMSNorm+MatMul decode (96 column blocks; the model prefers them
-    // to a split of the norm's row), matmul_rowsum decode (a 0.5 MB kernel), and matmul and
-    // SwiGLU decode (128 and 112 column blocks, which in the model already saturate DRAM).
+    // And, in the plan a default build makes for the H200, at the declared extents (with the
+    // split counts the launcher derives there), at most one block per SM and at least 96 of
+    // them busy, but for matmul_rowsum decode (a 0.5 MB kernel). Fewer blocks than
+    // SMs is on purpose: measured on an H200 (bench/RESULTS.md, "The split count, measured"),
+    // a split attention decode whose blocks read distinct keys ends sooner with one block per
+    // SM, four SMs idle, than with three per SM (384 blocks took 1.14 to 1.28 times as long),
+    // and the column blocks of the GEMV-shaped decodes stream near DRAM's peak as they are.
     let h200 = |name: &str| {
         let opts = Options { archs: vec![SM90], ..Options::default() };
         compile(&common::shipped(name), &opts).unwrap_or_else(|e| panic!("{name}: {e}"))
     };
-    let mut short = Vec::new();
+    let mut blocks_of = Vec::new();
     let targets = ArchSet::default().plan_targets();
     for name in &decode {
         // Every plan of a default build (sm_90, the 99 KiB sm_86 and sm_80) keeps 4 warps busy;
@@ -128,17 +129,13 @@ fn decode_blocks_keep_four_warps_busy() {
         }
         assert_eq!(variants[0].targets[0], "sm_90");
         let c = &variants[0].compiled;
-        let blocks = c.ranked[0].candidate.costs[0].blocks;
-        if blocks < 132 {
-            short.push(format!("{name} ({blocks})"));
+        blocks_of.push((name.as_str(), c.ranked[0].candidate.costs[0].blocks));
+    }
+    for &(name, blocks) in &blocks_of {
+        if name != "matmul_rowsum_decode" {
+            assert!((96..=132).contains(&blocks), "{name}: {blocks} blocks ({blocks_of:?})");
         }
     }
-    let names: Vec<&str> = short.iter().map(|s| s.split(' ').next().unwrap_or("")).collect();
-    assert_eq!(
-        names,
-        ["matmul_decode", "matmul_rowsum_decode", "swiglu_decode", "rmsnorm_matmul_decode", "mqa_decode"],
-        "{short:?}"
-    );
     for name in ["mha_d64_decode", "mha_d128_decode", "matmul_matmul_decode"] {
         let c = h200(name);
         let k = c.best().kernels[0].tile().expect("a tile kernel");

@@ -639,6 +639,13 @@ impl<'a> Args<'a> {
         &self.extents
     }
 
+    /// Pins every split count this launch would choose for the device to `count`
+    /// ([`plan::pin_split_count`]): the same partial sums, so the same bits, on every GPU.
+    pub fn split_count(&mut self, count: u64) -> Result<&mut Self, Error> {
+        self.extents = self.extents.with_split_count(self.plan, count)?;
+        Ok(self)
+    }
+
     /// Adds the next declared input, dense and row-major: a `CudaSlice`, `CudaView` or
     /// `CudaViewMut` of exactly its element count.
     pub fn input<T: Element, S: DevicePtr<T>>(&mut self, buf: &'a S) -> Result<&mut Self, Error> {

@@ -414,6 +414,12 @@ impl<'a> Args<'a> {
         &self.extents
     }
 
+    /// Pins every split count to `count`, as [`crate::cuda::Args::split_count`] does on a GPU.
+    pub fn split_count(&mut self, count: u64) -> Result<&mut Self, Error> {
+        plan::pin_split_count(self.plan, &mut self.extents, count)?;
+        Ok(self)
+    }
+
     /// Adds the next declared input, dense and row-major: exactly its element count.
     pub fn input<T: Element>(&mut self, data: &'a [T]) -> Result<&mut Self, Error> {
         plan::check_arg(self.plan, &self.extents, Role::Input, self.inputs.len(), T::DTYPE, data.len())?;

@@ -32,7 +32,7 @@ pub use error::Error;
 pub use layout::{Layouts, MAX_RANK};
 pub use plan::{
     check_extent, check_len, check_tables, extents, split_count, Axis, DType, Derive, DimSpec, Factor, KernelLaunch,
-    LaunchPlan, Param, Product, Table, TensorSpec, Variant, WorkspaceSpec,
+    LaunchPlan, Param, Product, SplitShape, Table, TensorSpec, Variant, WorkspaceSpec,
 };
 
 pub use cudarc;

@@ -174,6 +174,9 @@ pub enum Derive {
     SplitCount {
         /// The split kernel's blocks besides the split.
         blocks: Product,
+        /// Of those, the ones that stream data of their own (the others read the same chunks
+        /// again, from L2): [`SplitShape::streams`].
+        streams: Product,
         /// Every request's entries together (an upper bound: the packed axis' extent, the
         /// page table's entries times the page size), or the dense axis' extent.
         entries: Product,
@@ -181,12 +184,13 @@ pub enum Derive {
         batch: Option<u16>,
         /// The SMs of the GPU the plan was made for, over which the count spreads the grid.
         sms: u32,
+        /// Blocks of the split kernel one SM of that GPU holds at once.
+        resident: u32,
+        /// How many blocks streaming at once saturate that GPU's DRAM: [`SplitShape::fill`].
+        fill: u32,
     },
 }
 
-/// Blocks per SM a split aims at, at least: with two, one block's loads are in flight while
-/// the other's wait, and a grid of that many blocks is at least one full wave.
-pub const SPLIT_BLOCKS_PER_SM: u64 = 2;
 /// The shortest chunk of a request worth a block of its own: 128 entries are 64 KiB of one
 /// 128-wide K/V head in 16 bits, and more than twice that of an MLA latent row.
 pub const SPLIT_MIN_CHUNK: u64 = 128;
@@ -196,23 +200,64 @@ pub const SPLIT_MAX: u64 = 32;
 /// (its partial result stored and read back, its pipeline filled).
 pub const SPLIT_BLOCK_OVERHEAD: u64 = 64;
 
-/// The split count of a per-request dim for a launch whose split kernel has `blocks` blocks
-/// besides the split, over requests of `per_request` entries on average, on a GPU of `sms`
-/// SMs: of the counts from [`SPLIT_BLOCKS_PER_SM`] blocks per SM up to chunks of
-/// [`SPLIT_MIN_CHUNK`] entries (at most [`SPLIT_MAX`]), the one that gives the busiest SM the
-/// least work: `ceil(blocks·s / sms)` blocks of `per_request / s` entries and
-/// [`SPLIT_BLOCK_OVERHEAD`] each. The compiler ranks schedules with the same rule.
-pub fn split_count(blocks: u64, per_request: u64, sms: u64) -> u64 {
+/// What the split-count rule knows of a launch, all of it from the extents and the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitShape {
+    /// The split kernel's blocks besides the split.
+    pub blocks: u64,
+    /// Of those, how many stream data of their own; the others read the same chunks again.
+    pub streams: u64,
+    /// The entries a request has on average.
+    pub per_request: u64,
+    /// The GPU's SMs.
+    pub sms: u64,
+    /// Blocks of the split kernel one SM holds at once.
+    pub resident: u64,
+    /// How many blocks, each streaming as fast as one block does, saturate DRAM.
+    pub fill: u64,
+}
+
+/// The split count of a per-request dim: of the counts from 1 up to [`most_parts`], the one
+/// whose launch is estimated to end first, the fewest parts among equals. With `s` parts a
+/// launch lasts as long as the longer of the busiest SM's work (`ceil(blocks·s / sms)`
+/// blocks, `resident` at a time, each streaming `per_request / s` entries and paying
+/// [`SPLIT_BLOCK_OVERHEAD`]) and DRAM's (`streams · per_request` entries of distinct data and
+/// every block's overhead, at `fill` blocks' rate). The compiler ranks schedules with the same
+/// rule (`cleave_core::plan::requests::split_count`), and a test checks that the two agree.
+pub fn split_count(shape: SplitShape) -> u64 {
     // Bounded so that the products below cannot overflow; no launch comes near the bounds.
-    let blocks = blocks.clamp(1, 1 << 32);
-    let sms = sms.clamp(1, 1 << 16);
-    let per_request = per_request.min(1 << 48);
-    let most = (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX);
-    let least = (SPLIT_BLOCKS_PER_SM * sms).div_ceil(blocks).clamp(1, most);
-    // The busiest SM's work with `s` parts, times `s` (its blocks, each `per_request / s`
-    // entries and the overhead), so that counts compare exactly by cross-multiplication.
-    let work = |s: u64| u128::from((blocks * s).div_ceil(sms)) * u128::from(per_request + SPLIT_BLOCK_OVERHEAD * s);
-    (least..=most).fold(least, |best, s| if work(s) * u128::from(best) < work(best) * u128::from(s) { s } else { best })
+    let blocks = u128::from(shape.blocks.clamp(1, 1 << 24));
+    let streams = u128::from(shape.streams.clamp(1, 1 << 24)).min(blocks);
+    let sms = u128::from(shape.sms.clamp(1, 1 << 16));
+    let resident = u128::from(shape.resident.clamp(1, 64));
+    let fill = u128::from(shape.fill.clamp(1, 1 << 12));
+    let per_request = shape.per_request.min(1 << 40);
+    let most = most_parts(per_request);
+    let per = u128::from(per_request);
+    let over = u128::from(SPLIT_BLOCK_OVERHEAD);
+    // The launch's time with `s` parts, times `s · fill`, so that counts compare exactly by
+    // cross-multiplication.
+    let time = |s: u64| {
+        let s = u128::from(s);
+        let rounds = (blocks * s).div_ceil(sms).div_ceil(resident);
+        let busiest = rounds * (per + over * s) * fill;
+        let dram = (streams * per + blocks * s * over) * s;
+        busiest.max(dram)
+    };
+    (2..=most).fold(1, |best, s| if time(s) * u128::from(best) < time(best) * u128::from(s) { s } else { best })
+}
+
+/// The most parts [`split_count`] splits requests of `per_request` entries into: chunks of at
+/// least [`SPLIT_MIN_CHUNK`] entries, at most [`SPLIT_MAX`] parts, and always at least one.
+pub fn most_parts(per_request: u64) -> u64 {
+    (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX)
+}
+
+/// The average entries per request of a split-count dim's requests, for `values`.
+fn per_request(values: &[u64], entries: Product, batch: Option<u16>) -> u64 {
+    let e = entries.eval(values).unwrap_or(0);
+    let n = batch.and_then(|b| values.get(usize::from(b)).copied()).unwrap_or(1).max(1);
+    e / n
 }
 
 /// Fills in the derived extents of `values` (one per dim, the others already set), for the
@@ -225,15 +270,61 @@ pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
 /// on; a plan made for 132 SMs also runs on GPUs of 114 or 78), else for the plan's.
 pub fn derive_extents_on(plan: &LaunchPlan, values: &mut [u64], sms: Option<u32>) {
     for (i, dim) in plan.dims.iter().enumerate() {
-        let Some(Derive::SplitCount { blocks, entries, batch, sms: planned }) = dim.derive else { continue };
-        let sms = sms.unwrap_or(planned);
-        let b = blocks.eval(values).unwrap_or(1);
-        let e = entries.eval(values).unwrap_or(0);
-        let n = batch.and_then(|b| values.get(usize::from(b)).copied()).unwrap_or(1).max(1);
+        let Some(Derive::SplitCount { blocks, streams, entries, batch, sms: planned, resident, fill }) = dim.derive
+        else {
+            continue;
+        };
+        let shape = SplitShape {
+            blocks: blocks.eval(values).unwrap_or(1),
+            streams: streams.eval(values).unwrap_or(1),
+            per_request: per_request(values, entries, batch),
+            sms: u64::from(sms.unwrap_or(planned)),
+            resident: u64::from(resident),
+            fill: u64::from(fill),
+        };
         if let Some(slot) = values.get_mut(i) {
-            *slot = split_count(b, e / n, u64::from(sms));
+            *slot = split_count(shape);
         }
     }
+}
+
+/// Sets every split count the launcher derives in `values` (the full extents of one call,
+/// derived ones included) to `count` instead of the one [`split_count`] picks for the device:
+/// the same count on every GPU gives the same order of summation, so the same bits, and a
+/// benchmark can time each count.
+///
+/// Any count from 1 up to the largest the launcher itself could pick for these extents
+/// ([`most_parts`] of the average request) is allowed: the kernels take every such count, and
+/// a workspace sized by `workspace_bytes` holds its partials. Errors: `InvalidArguments` when
+/// the plan has no split count chosen at launch, or `count` lies outside that range; `values`
+/// is then unchanged.
+pub fn pin_split_count(plan: &LaunchPlan, values: &mut [u64], count: u64) -> Result<(), Error> {
+    let mut any = false;
+    // Every count is checked before any is set, so each bound is computed from the extents
+    // the call was given (and nothing is allocated but an error's message).
+    for dim in plan.dims.iter().take(values.len()) {
+        let Some(Derive::SplitCount { entries, batch, .. }) = dim.derive else { continue };
+        let most = most_parts(per_request(values, entries, batch));
+        if !(1..=most).contains(&count) {
+            return Err(Error::InvalidArguments {
+                kernel: plan.kernel,
+                message: format!("split count {count} for `{}`: these extents allow 1 to {most} parts", dim.name),
+            });
+        }
+        any = true;
+    }
+    if !any {
+        return Err(Error::InvalidArguments {
+            kernel: plan.kernel,
+            message: format!("split count {count}: the plan chooses no split count at launch"),
+        });
+    }
+    for (dim, slot) in plan.dims.iter().zip(values.iter_mut()) {
+        if matches!(dim.derive, Some(Derive::SplitCount { .. })) {
+            *slot = count;
+        }
+    }
+    Ok(())
 }
 
 /// One axis of a tensor's buffer.
@@ -681,6 +772,14 @@ impl Extents {
             }
         }
         self
+    }
+}
+
+impl Extents {
+    /// These extents with every split count pinned to `count` ([`pin_split_count`]).
+    pub fn with_split_count(mut self, plan: &LaunchPlan, count: u64) -> Result<Self, Error> {
+        pin_split_count(plan, &mut self.values[..self.len], count)?;
+        Ok(self)
     }
 }
 

@@ -203,9 +203,12 @@ static SPLIT: LaunchPlan = LaunchPlan {
             dynamic: false,
             derive: Some(cleave_runtime::Derive::SplitCount {
                 blocks: Product(&[Factor::Dim(0), Factor::Const(8)]),
+                streams: Product(&[Factor::Dim(0), Factor::Const(8)]),
                 entries: Product(&[Factor::Dim(1)]),
                 batch: Some(0),
                 sms: 132,
+                resident: 2,
+                fill: 102,
             }),
         },
     ],
@@ -218,14 +221,25 @@ static SPLIT: LaunchPlan = LaunchPlan {
 
 #[test]
 fn split_counts_follow_the_extents_and_the_workspace_bound_covers_smaller_ones() {
-    // Two blocks on each of 132 SMs wanted: 16 requests × 8 blocks want 3 parts (of 1024 entries
-    // each; up to 8 would be allowed, and none lands more evenly); one request wants 33, capped
-    // at 32; requests of fewer than 256 entries (two chunks of 128) are not split.
-    assert_eq!(extents(&SPLIT, &[16, 16 * 1024]).unwrap()[2], 3);
-    assert_eq!(extents(&SPLIT, &[1, 65536]).unwrap()[2], 32);
+    // 16 requests × 8 blocks of distinct keys are 128 blocks, about one per SM, already as
+    // many as keep DRAM busy (102 on the plan's GPU), so more parts would only add partials:
+    // 1. One request over 8 blocks takes 13 parts (104 blocks); requests of fewer than 256
+    // entries (two chunks of 128) are not split.
+    assert_eq!(extents(&SPLIT, &[16, 16 * 1024]).unwrap()[2], 1);
+    assert_eq!(extents(&SPLIT, &[1, 65536]).unwrap()[2], 13);
     assert_eq!(extents(&SPLIT, &[16, 16 * 200]).unwrap()[2], 1);
-    assert_eq!(cleave_runtime::split_count(128, 4096 / 16, 132), 2);
-    assert_eq!(cleave_runtime::split_count(128, 4096 / 32, 132), 1);
+    // Blocks that read the same keys (row tiles of one head) gain from a second block per SM,
+    // which streams from L2 beside the first: 2 parts where distinct keys take 1.
+    let shape = |streams| cleave_runtime::SplitShape {
+        blocks: 128,
+        streams,
+        per_request: 4096,
+        sms: 132,
+        resident: 2,
+        fill: 102,
+    };
+    assert_eq!(cleave_runtime::split_count(shape(32)), 2);
+    assert_eq!(cleave_runtime::split_count(shape(128)), 1);
     // A workspace sized for some extents holds every launch at smaller ones, though a smaller
     // batch takes more parts per request.
     let bound = |d: &[u64]| {
@@ -251,12 +265,11 @@ fn a_launch_splits_for_the_sms_of_its_device() {
     // grid over that device's SMs instead, and the workspace bound holds for every device.
     use cleave_runtime::plan::Extents;
     let parts = |d: &[usize], sms: Option<u32>| Extents::on(&SPLIT, d, sms).unwrap()[2];
-    // 4 requests × 8 blocks: 32 blocks want 9 parts on 132 SMs, but 12 land them evenly (three
-    // on every SM but 12); a 108-SM device takes 10 (320 blocks, at most three each), a
-    // 16-SM one needs only 1.
-    assert_eq!(parts(&[4, 4 * 4096], None), 12);
-    assert_eq!(parts(&[4, 4 * 4096], Some(132)), 12);
-    assert_eq!(parts(&[4, 4 * 4096], Some(108)), 10);
+    // 4 requests × 8 blocks: 32 blocks take 4 parts on 132 SMs (128 blocks, one per SM) and
+    // on 108 (two on 20 of them, side by side); a 16-SM device gains nothing from a split.
+    assert_eq!(parts(&[4, 4 * 4096], None), 4);
+    assert_eq!(parts(&[4, 4 * 4096], Some(132)), 4);
+    assert_eq!(parts(&[4, 4 * 4096], Some(108)), 4);
     assert_eq!(parts(&[4, 4 * 4096], Some(16)), 1);
     let bound = Extents::new(&SPLIT, &[4, 4 * 4096]).unwrap().with_largest_splits(&SPLIT);
     for sms in [1, 16, 46, 78, 108, 114, 132, 170, 4096] {
@@ -266,4 +279,43 @@ fn a_launch_splits_for_the_sms_of_its_device() {
             "{sms} SMs"
         );
     }
+}
+
+#[test]
+fn a_pinned_split_count_replaces_the_launchers_within_its_range() {
+    use cleave_runtime::plan::Extents;
+    // 4 requests of 4096 entries: the launcher picks 4 parts on 132 SMs and 1 on 16, and
+    // would take at most 32 (chunks of at least 128 entries).
+    let pinned =
+        |d: &[usize], sms: Option<u32>, s: u64| Extents::on(&SPLIT, d, sms).and_then(|e| e.with_split_count(&SPLIT, s));
+    for s in [1, 5, 12, 32] {
+        for sms in [None, Some(108), Some(16)] {
+            let e = pinned(&[4, 4 * 4096], sms, s).unwrap();
+            assert_eq!(e[2], s, "{s} parts on {sms:?} SMs");
+            // The declared extents are untouched.
+            assert_eq!((e[0], e[1]), (4, 4 * 4096));
+        }
+    }
+    // The workspace sized for these extents holds every pinned count's partials.
+    let bound = Extents::new(&SPLIT, &[4, 4 * 4096]).unwrap().with_largest_splits(&SPLIT);
+    let most = SPLIT.workspaces[0].len.eval(&bound).unwrap();
+    for s in 1..=32 {
+        assert!(SPLIT.workspaces[0].len.eval(&pinned(&[4, 4 * 4096], None, s).unwrap()).unwrap() <= most);
+    }
+    // Outside 1..=most for these extents: a located error, and no extents.
+    for (d, s, most) in
+        [([4usize, 4 * 4096], 0, 32), ([4, 4 * 4096], 33, 32), ([4, 4 * 300], 3, 2), ([16, 16 * 100], 2, 1)]
+    {
+        let err = pinned(&d, None, s).unwrap_err().to_string();
+        assert!(err.contains("split") && err.contains(&format!("1 to {most} parts")), "{d:?} {s}: {err}");
+        assert!(err.contains("`s`") && err.contains("kernel `split`"), "{err}");
+    }
+    // The host builder takes the same pin, and refuses a plan with no split count.
+    let mut args = host::Args::new(&SPLIT, &[4, 4 * 4096]).unwrap();
+    args.split_count(7).unwrap();
+    assert_eq!(args.extents()[2], 7);
+    assert!(args.split_count(40).is_err());
+    assert_eq!(args.extents()[2], 7, "a refused pin leaves the extents as they were");
+    let err = host::Args::new(&ATTN, &[3, 5]).unwrap().split_count(2).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("chooses no split count"), "{err}");
 }

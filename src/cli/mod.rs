@@ -83,6 +83,11 @@ fn command() -> Command {
                 .arg(value("backend", "emulate", "where to run (the host emulator)"))
                 .arg(value("dims", "NAME=N,...", "extents of dynamic dims, e.g. s=256,l=512"))
                 .arg(value("seed", "N", "the seed of the random inputs"))
+                .arg(value(
+                    "split",
+                    "N",
+                    "pin the split count the launcher would choose to N parts (1 to the most it could choose)",
+                ))
                 .arg(value("scale", "X[,INPUT=Y...]", "the inputs' magnitude, overall and per input"))
                 .arg(value("source", "DIR", "run DIR/NAME.cu (as written by `emit`, perhaps edited)"))
                 .arg(value("checks", "all|none|races,bounds,...", "the emulator's checks"))

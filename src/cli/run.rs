@@ -5,7 +5,7 @@
 //! check fails. `--inputs FILE` takes the inputs from a safetensors file instead (the dynamic
 //! dims from their shapes) and `--outputs FILE` writes the emulated outputs to one.
 
-use cleave::emulate;
+use cleave::emulate::{self, RunShape};
 use cleave::runtime::host::EmuOptions;
 use cleave_core::codegen::plan::plan_data;
 use cleave_core::graph::Bindings;
@@ -46,6 +46,10 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let options = EmuOptions::parse(checks.as_deref(), schedule.as_deref()).map_err(|e| {
         UserError(e.replace("CLEAVE_EMU_CHECKS", "--checks").replace("CLEAVE_EMU_SCHEDULE", "--schedule"))
     })?;
+    let split_count: Option<u64> = match o.value("split") {
+        Some(s) => Some(s.parse().map_err(|_| UserError(format!("--split expects a positive integer, got `{s}`")))?),
+        None => None,
+    };
     let c = compile_kernel(o)?;
     let g = &c.declared;
     let mut b = Bindings::of_table(&g.dims);
@@ -160,8 +164,10 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
         (g.outputs.iter().map(|o| values[o.node.index()].clone()).collect(), None, exp_range)
     };
-    let got =
-        lib.run_with(launch, &lb, &inputs, seed, &options).map_err(|e| UserError(format!("emulation failed: {e}")))?;
+    let shape = RunShape { views: false, split_count };
+    let got = lib
+        .run_shaped(launch, &lb, &inputs, seed, &options, shape)
+        .map_err(|e| UserError(format!("emulation failed: {e}")))?;
     let dims: Vec<String> =
         g.dims.iter().filter(|(_, d)| d.dynamic).map(|(v, d)| format!("{}={}", d.name, b.values[v.index()])).collect();
     // Which path each launch took: a tile program from a schedule, or a fallback stage.
@@ -214,7 +220,7 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     }
     if o.switch("views") {
         let viewed = lib
-            .run_views(launch, &lb, &inputs, seed, &options)
+            .run_shaped(launch, &lb, &inputs, seed, &options, RunShape { views: true, ..shape })
             .map_err(|e| UserError(format!("emulation with views failed: {e}")))?;
         for ((o, dense), view) in g.outputs.iter().zip(&got).zip(&viewed) {
             let same = dense.data.len() == view.data.len()

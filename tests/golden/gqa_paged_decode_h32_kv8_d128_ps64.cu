@@ -163,14 +163,14 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_kv_len/1), i1 < ceil(batch_size/1), i2 < ceil(kv_heads/1):  # 128 threads, 16 rows, 66816 B smem, 4 warps split the loop
+//   parfor i0 < ceil(s_kv_len/1), i1 < ceil(batch_size/1), i2 < ceil(kv_heads/1):  # 128 threads, 16 rows, 136448 B smem
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
 //     t_q = Load(q[i1, i2, 0:+4, 0:+128])
-//     for j0 in range(0, kv_len/s_kv_len, 64):
-//       t_k_cache = Load(k_cache[i1, i2, i0*kv_len/s_kv_len + j0*64:+64, 0:+128])
-//       t_v_cache = Load(v_cache[i1, i2, i0*kv_len/s_kv_len + j0*64:+64, 0:+128])
+//     for j0 in range(0, kv_len/s_kv_len, 128):
+//       t_k_cache = Load(k_cache[i1, i2, i0*kv_len/s_kv_len + j0*128:+128, 0:+128])
+//       t_v_cache = Load(v_cache[i1, i2, i0*kv_len/s_kv_len + j0*128:+128, 0:+128])
 //       t7 = MMA(t_q, t_k_cache^T)
 //       t9_x = mask(sm_scale * t7, -inf)
 //       t9_mt = Rowmax(t9_x)
@@ -181,10 +181,10 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 //       t9_m = t9_mn
 //       t9 = exp(t9_x - t9_m)
 //       t10 += Rowsum(t9)
-//       t11 += MMA(t9, t_v_cache)
-//     MergeWarps(t9_m (max), t10 (sum at t9_m), t11_all <- t11 (sum at t9_m))
+//       t9_s = Stage(t9)
+//       t11 += MMA(t9_s, t_v_cache)
 //     Store(t10, ws0[i0, i1, i2, 0:+4, 0])
-//     Store(t11_all, ws1[i0, i1, i2, 0:+4, 0:+128])
+//     Store(t11, ws1[i0, i1, i2, 0:+4, 0:+128])
 //     Store(t9_m, partial_max[i0, i1, i2, 0:+4, 0])
 
 extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32_kv8_d128_ps64_0(
@@ -251,20 +251,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
   (void)rs_kv_len; (void)e_kv_len;
   float cross[1][2];
   float b0[1][2];  // t10: one per row
-  float b1[1][16][4];  // t11: 16 x 128, each warp its own
+  float b1[1][4][4];  // t11: 16 x 128
   float b2[1][2];  // t9_m: one per row
   // t_q: smem 4 x 128 bf16 at byte 0
-  // t_k_cache: smem 64 x 128 bf16 at byte 1024 (double-buffered)
-  // t_v_cache: smem 64 x 128 bf16 at byte 33792 (double-buffered)
-  float b6[1][2][4];  // t7: 16 x 64
-  float b7[1][2][4];  // t9_x: 16 x 64
+  // t_k_cache: smem 128 x 128 bf16 at byte 1024 (double-buffered)
+  // t_v_cache: smem 128 x 128 bf16 at byte 66560 (double-buffered)
+  float b6[1][4][4];  // t7: 16 x 128
+  float b7[1][4][4];  // t9_x: 16 x 128
   float b8[1][2];  // t9_mt: one per row
   float b9[1][2];  // t9_mn: one per row
   float b10[1][2];  // t9_c: one per row
-  float b11[1][2][4];  // t9: 16 x 64
+  float b11[1][4][4];  // t9: 16 x 128
   // t_ws1_stage: smem 16 x 128 f32 at byte 0
-  float b13[1][4][4];  // t11_all: 16 x 128
-  // t_merge: smem 64 x 130 f32 at byte 0
+  // t9_s: smem 16 x 128 bf16 at byte 132096
   // t10 = ...
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -284,10 +283,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
     const int row = (wm * 1 + mi) * 16 + g + 8 * h;
     (void)row;
     #pragma unroll
-    for (int ni = 0; ni < 16; ++ni)
+    for (int ni = 0; ni < 4; ++ni)
     #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = ni * 8 + 2 * t + e;
+      const int col = (wn * 4 + ni) * 8 + 2 * t + e;
       (void)col;
       b1[mi][ni][2 * h + e] = 0.0f;
     }
@@ -326,67 +325,67 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
   cleave::cp_async_commit();
   cleave::cp_async_wait<0>();
   __syncthreads();
-  // for j0 in range(0, kv_len/s_kv_len, 64)
+  // for j0 in range(0, kv_len/s_kv_len, 128)
   {
-    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_kv_len, e_s_kv_len), 64LL);
+    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_kv_len, e_s_kv_len), 128LL);
     __syncthreads();
     if (n_j0 > 0) {
       const int j0 = 0;
       // t_k_cache = Load(k_cache) through its page table
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
-        #pragma unroll
-        for (int it_ = 0; it_ < 8; ++it_) {
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
+        #pragma unroll 4
+        for (int it_ = 0; it_ < 16; ++it_) {
           const int ci = threadIdx.x + it_ * 128;
           const int r = ci / 16, c = (ci % 16) * 8;
-          const long long pg_ = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si1_0, si1_1) : -1LL;
+          const long long pg_ = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si1_0, si1_1) : -1LL;
           const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 1024 + (0) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
+          cleave::cp_async_16((smem + 1024 + (0) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
         }
       }
       // t_v_cache = Load(v_cache) through its page table
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
-        #pragma unroll
-        for (int it_ = 0; it_ < 8; ++it_) {
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
+        #pragma unroll 4
+        for (int it_ = 0; it_ < 16; ++it_) {
           const int ci = threadIdx.x + it_ * 128;
           const int r = ci / 16, c = (ci % 16) * 8;
-          const long long pg_ = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si2_0, si2_1) : -1LL;
+          const long long pg_ = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si2_0, si2_1) : -1LL;
           const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 33792 + (0) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
+          cleave::cp_async_16((smem + 66560 + (0) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
         }
       }
     }
     cleave::cp_async_commit();
     int j0 = 0;
     const bool block_whole_ = 1 <= cleave_room(e_batch_size - (1LL * i1));
-    const auto whole_ = [&](int j0) { return 64 <= cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0)) && 64 <= cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0)); };
+    const auto whole_ = [&](int j0) { return 128 <= cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0)) && 128 <= cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0)); };
     for (; j0 + 1 < n_j0 && block_whole_ && whole_(j0) && whole_(j0 + 1); ++j0) {
       const int next = j0 + 1;
       {
         const int j0 = next;
         // t_k_cache = Load(k_cache) through its page table
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
-          #pragma unroll
-          for (int it_ = 0; it_ < 8; ++it_) {
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
+          #pragma unroll 4
+          for (int it_ = 0; it_ < 16; ++it_) {
             const int ci = threadIdx.x + it_ * 128;
             const int r = ci / 16, c = (ci % 16) * 8;
-            const long long pg_ = ((r < 64)) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si1_0, si1_1) : -1LL;
+            const long long pg_ = ((r < 128)) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si1_0, si1_1) : -1LL;
             const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-            cleave::cp_async_16((smem + 1024 + (j0 & 1) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
+            cleave::cp_async_16((smem + 1024 + (j0 & 1) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
           }
         }
         // t_v_cache = Load(v_cache) through its page table
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
-          #pragma unroll
-          for (int it_ = 0; it_ < 8; ++it_) {
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
+          #pragma unroll 4
+          for (int it_ = 0; it_ < 16; ++it_) {
             const int ci = threadIdx.x + it_ * 128;
             const int r = ci / 16, c = (ci % 16) * 8;
-            const long long pg_ = ((r < 64)) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si2_0, si2_1) : -1LL;
+            const long long pg_ = ((r < 128)) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si2_0, si2_1) : -1LL;
             const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-            cleave::cp_async_16((smem + 33792 + (j0 & 1) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
+            cleave::cp_async_16((smem + 66560 + (j0 & 1) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
           }
         }
       }
@@ -398,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -411,17 +410,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<256, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 2; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 2 ? lane : (lane & 15);
-            const int br = wn * 2 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 1024 + (j0 & 1) * 16384) + cleave_off_split<256, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 1024 + (j0 & 1) * 32768) + cleave_off_split<256, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16_bf16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 2) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16_bf16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -437,10 +436,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b7[mi][ni][2 * h + e] = ((true) ? (p3 * b6[mi][ni][2 * h + e]) : -INFINITY);
         }
@@ -454,15 +453,40 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
         part = cleave::quad_max(part);
-        b8[mi][h] = part;
+        cross[mi][h] = part;
+      }
+      {
+        unsigned char* scratch = smem + 136192;
+        if (t == 0) {
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+            (void)row;
+            cleave::st_shared<float>(scratch + 4 * (wn * 16 + row), cross[mi][h]);
+          }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+          (void)row;
+          float part = -INFINITY;
+          for (int w = 0; w < 4; ++w) part = fmaxf(part, cleave::ld_shared<float>(scratch + 4 * (w * 16 + row)));
+          b8[mi][h] = part;
+        }
+        __syncthreads();
       }
       // t9_mn = ...
       #pragma unroll
@@ -505,10 +529,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = ni * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
         }
@@ -532,10 +556,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
         }
@@ -549,40 +573,81 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
-        b0[mi][h] = cleave_add(b0[mi][h], part);
+        cross[mi][h] = part;
       }
-      // t11 += MMA, k = 64
+      {
+        unsigned char* scratch = smem + 136192;
+        if (t == 0) {
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+            (void)row;
+            cleave::st_shared<float>(scratch + 4 * (wn * 16 + row), cross[mi][h]);
+          }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+          (void)row;
+          float part = 0.0f;
+          for (int w = 0; w < 4; ++w) part = cleave_add(part, cleave::ld_shared<float>(scratch + 4 * (w * 16 + row)));
+          b0[mi][h] = cleave_add(b0[mi][h], part);
+        }
+        __syncthreads();
+      }
+      // t9_s = Stage(t9)
+      __syncthreads();  // the tile may hold the last iteration's operand, still being read
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if (col < 128) cleave::st_shared<cleave::bf16>(((smem + 132096) + cleave_off<256, 2, 1>(row, col)), cleave::from_float<cleave::bf16>(b11[mi][ni][2 * h + e]));
+        }
+      }
+      __syncthreads();
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
-            a[mi][0] = cleave::pack_bf162(b11[mi][2 * kk][0], b11[mi][2 * kk][1]);
-            a[mi][1] = cleave::pack_bf162(b11[mi][2 * kk][2], b11[mi][2 * kk][3]);
-            a[mi][2] = cleave::pack_bf162(b11[mi][2 * kk + 1][0], b11[mi][2 * kk + 1][1]);
-            a[mi][3] = cleave::pack_bf162(b11[mi][2 * kk + 1][2], b11[mi][2 * kk + 1][3]);
+            const int r = (wm * 1 + mi) * 16 + (lane & 15);
+            cleave::ldmatrix_x4(a[mi], ((smem + 132096) + cleave_off_split<256, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 16; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (0 * 16 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 33792 + (j0 & 1) * 16384) + cleave_off_split<256, 2, 1>(br, bc, wn * 16 + kk * 16, 0)));
+            const int bc = (wn * 4 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 66560 + (j0 & 1) * 32768) + cleave_off_split<256, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16_bf16(b1[mi][nj], a[mi], bf0, b1[mi][nj]);
-              if (nj + 1 < 16) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16_bf16(b1[mi][nj + 1], a[mi], bf1, b1[mi][nj + 1]);
               }
@@ -599,26 +664,26 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
           const int j0 = next;
           // t_k_cache = Load(k_cache) through its page table
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 8; ++it_) {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si1_2 + (1LL * i1) * 0LL + (0LL));
+            #pragma unroll 4
+            for (int it_ = 0; it_ < 16; ++it_) {
               const int ci = threadIdx.x + it_ * 128;
               const int r = ci / 16, c = (ci % 16) * 8;
-              const long long pg_ = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si1_0, si1_1) : -1LL;
+              const long long pg_ = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si1_0, si1_1) : -1LL;
               const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 1024 + (j0 & 1) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
+              cleave::cp_async_16((smem + 1024 + (j0 & 1) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p1 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si1_2 + 0 * 0LL + (long long)c)) : p1, (int)(nv * 2));
             }
           }
           // t_v_cache = Load(v_cache) through its page table
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
-            #pragma unroll
-            for (int it_ = 0; it_ < 8; ++it_) {
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) * 0LL + (1LL * i2) * si2_2 + (1LL * i1) * 0LL + (0LL));
+            #pragma unroll 4
+            for (int it_ = 0; it_ < 16; ++it_) {
               const int ci = threadIdx.x + it_ * 128;
               const int r = ci / 16, c = (ci % 16) * 8;
-              const long long pg_ = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0) + (long long)((r / 1) % 64), e_num_pages, si2_0, si2_1) : -1LL;
+              const long long pg_ = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0))) && (0 < cleave_room(e_batch_size - (1LL * i1)))) ? cleave_page_off<64LL>(p7, rs_kv_len, (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0) + (long long)((r / 1) % 128), e_num_pages, si2_0, si2_1) : -1LL;
               const long long nv = pg_ >= 0 ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 33792 + (j0 & 1) * 16384) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 64) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
+              cleave::cp_async_16((smem + 66560 + (j0 & 1) * 32768) + cleave_off<256, 2, 1>(r, c), nv > 0 ? p2 + (tb + pg_ + (((r / 1) % 128) * 0LL + 0 * si2_2 + 0 * 0LL + (long long)c)) : p2, (int)(nv * 2));
             }
           }
         }
@@ -631,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -644,17 +709,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<256, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 2; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 2 ? lane : (lane & 15);
-            const int br = wn * 2 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 1024 + (j0 & 1) * 16384) + cleave_off_split<256, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 1024 + (j0 & 1) * 32768) + cleave_off_split<256, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16_bf16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 2) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16_bf16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -670,12 +735,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (col < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0)))) ? (p3 * b6[mi][ni][2 * h + e]) : -INFINITY);
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (col < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0)))) ? (p3 * b6[mi][ni][2 * h + e]) : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -687,15 +752,40 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
         part = cleave::quad_max(part);
-        b8[mi][h] = part;
+        cross[mi][h] = part;
+      }
+      {
+        unsigned char* scratch = smem + 136192;
+        if (t == 0) {
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+            (void)row;
+            cleave::st_shared<float>(scratch + 4 * (wn * 16 + row), cross[mi][h]);
+          }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+          (void)row;
+          float part = -INFINITY;
+          for (int w = 0; w < 4; ++w) part = fmaxf(part, cleave::ld_shared<float>(scratch + 4 * (w * 16 + row)));
+          b8[mi][h] = part;
+        }
+        __syncthreads();
       }
       // t9_mn = ...
       #pragma unroll
@@ -738,10 +828,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 16; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = ni * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] * b10[mi][h]);
         }
@@ -765,10 +855,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff(b7[mi][ni][2 * h + e], b2[mi][h]);
         }
@@ -782,40 +872,81 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
-          if ((col < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (64LL * j0))) && (col < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if ((col < cleave_room(cleave_ceil_div(e_kv_len, e_s_kv_len) - (128LL * j0))) && (col < cleave_room(e_kv_len - (1LL * i0 * cleave_ceil_div(e_kv_len, e_s_kv_len) + 128LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
-        b0[mi][h] = cleave_add(b0[mi][h], part);
+        cross[mi][h] = part;
       }
-      // t11 += MMA, k = 64
+      {
+        unsigned char* scratch = smem + 136192;
+        if (t == 0) {
+          #pragma unroll
+          for (int mi = 0; mi < 1; ++mi)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+            (void)row;
+            cleave::st_shared<float>(scratch + 4 * (wn * 16 + row), cross[mi][h]);
+          }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+          (void)row;
+          float part = 0.0f;
+          for (int w = 0; w < 4; ++w) part = cleave_add(part, cleave::ld_shared<float>(scratch + 4 * (w * 16 + row)));
+          b0[mi][h] = cleave_add(b0[mi][h], part);
+        }
+        __syncthreads();
+      }
+      // t9_s = Stage(t9)
+      __syncthreads();  // the tile may hold the last iteration's operand, still being read
+      #pragma unroll
+      for (int mi = 0; mi < 1; ++mi)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (wm * 1 + mi) * 16 + g + 8 * h;
+        (void)row;
+        #pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
+          (void)col;
+          if (col < 128) cleave::st_shared<cleave::bf16>(((smem + 132096) + cleave_off<256, 2, 1>(row, col)), cleave::from_float<cleave::bf16>(b11[mi][ni][2 * h + e]));
+        }
+      }
+      __syncthreads();
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 8; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
-            a[mi][0] = cleave::pack_bf162(b11[mi][2 * kk][0], b11[mi][2 * kk][1]);
-            a[mi][1] = cleave::pack_bf162(b11[mi][2 * kk][2], b11[mi][2 * kk][3]);
-            a[mi][2] = cleave::pack_bf162(b11[mi][2 * kk + 1][0], b11[mi][2 * kk + 1][1]);
-            a[mi][3] = cleave::pack_bf162(b11[mi][2 * kk + 1][2], b11[mi][2 * kk + 1][3]);
+            const int r = (wm * 1 + mi) * 16 + (lane & 15);
+            cleave::ldmatrix_x4(a[mi], ((smem + 132096) + cleave_off_split<256, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 16; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 16 ? lane : (lane & 15);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
-            const int bc = (0 * 16 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 33792 + (j0 & 1) * 16384) + cleave_off_split<256, 2, 1>(br, bc, wn * 16 + kk * 16, 0)));
+            const int bc = (wn * 4 + nj) * 8 + ((ll >> 4) << 3);
+            cleave::ldmatrix_x4_trans(bq, ((smem + 66560 + (j0 & 1) * 32768) + cleave_off_split<256, 2, 1>(br, bc, kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16_bf16(b1[mi][nj], a[mi], bf0, b1[mi][nj]);
-              if (nj + 1 < 16) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16_bf16(b1[mi][nj + 1], a[mi], bf1, b1[mi][nj + 1]);
               }
@@ -826,60 +957,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
     }
   }
-  // merge the warps' partials
-  __syncthreads();  // the scratch tile may overlap the loop's last tiles
-  #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
-    (void)row;
-    if (t == 0) cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 130 + 0), b2[mi][h]);
-    if (t == 0) cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 130 + 1), b0[mi][h]);
-    #pragma unroll
-    for (int ni = 0; ni < 16; ++ni)
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = ni * 8 + 2 * t + e;
-      (void)col;
-      cleave::st_shared<float>(smem + 0 + 4 * ((wn * 16 + row) * 130 + 2 + col), b1[mi][ni][2 * h + e]);
-    }
-  }
-  __syncthreads();
-  #pragma unroll
-  for (int mi = 0; mi < 1; ++mi)
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = (wm * 1 + mi) * 16 + g + 8 * h;
-    (void)row;
-    float f2_[4];
-    {
-      float top = -INFINITY;
-      for (int w = 0; w < 4; ++w) top = fmaxf(top, cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 130 + 0)));
-      for (int w = 0; w < 4; ++w) f2_[w] = cleave_exp_diff(cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 130 + 0)), top);
-    }
-    {
-      float acc = -INFINITY;
-      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 130 + 0)); acc = fmaxf(acc, v); }
-      b2[mi][h] = acc;
-    }
-    {
-      float acc = 0.0f;
-      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 130 + 1)); acc = acc + v * f2_[w]; }
-      b0[mi][h] = acc;
-    }
-    #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = (wn * 4 + ni) * 8 + 2 * t + e;
-      (void)col;
-      float acc = 0.0f;
-      for (int w = 0; w < 4; ++w) { const float v = cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 130 + 2 + col)); acc = acc + v * f2_[w]; }
-      b13[mi][ni][2 * h + e] = acc;
-    }
-  }
-  __syncthreads();
   // Store(ws0)
   #pragma unroll
   for (int mi = 0; mi < 1; ++mi)
@@ -905,7 +982,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
     for (int e = 0; e < 2; ++e) {
       const int col = (wn * 4 + ni) * 8 + 2 * t + e;
       (void)col;
-      cleave::st_shared<float>(((smem + 0) + cleave_off<512, 4, 1>(row, col)), cleave::from_float<float>(b13[mi][ni][2 * h + e]));
+      cleave::st_shared<float>(((smem + 0) + cleave_off<512, 4, 1>(row, col)), cleave::from_float<float>(b1[mi][ni][2 * h + e]));
     }
   }
   __syncthreads();

@@ -163,14 +163,14 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 128 threads, 16 rows, 35072 B smem, 4 warps split the loop
+//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 128 threads, 16 rows, 67840 B smem, 4 warps split the loop
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
 //     t_q = Load(q[i1, i2*16:+16, 0:+64])
-//     for j0 in range(0, l/s_l, 64):
-//       t_k = Load(k[i1, i0*l/s_l + j0*64:+64, 0:+64])
-//       t_v = Load(v[i1, i0*l/s_l + j0*64:+64, 0:+64])
+//     for j0 in range(0, l/s_l, 128):
+//       t_k = Load(k[i1, i0*l/s_l + j0*128:+128, 0:+64])
+//       t_v = Load(v[i1, i0*l/s_l + j0*128:+128, 0:+64])
 //       t7 = MMA(t_q, t_k^T)
 //       t9_x = mask(t7, -inf)
 //       t9_mt = Rowmax(t9_x)
@@ -234,14 +234,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   float b1[1][8][4];  // t11: 16 x 64, each warp its own
   float b2[1][2];  // t9_m: one per row
   // t_q: smem 16 x 64 f16 at byte 0
-  // t_k: smem 64 x 64 f16 at byte 2048 (double-buffered)
-  // t_v: smem 64 x 64 f16 at byte 18432 (double-buffered)
-  float b6[1][2][4];  // t7: 16 x 64
-  float b7[1][2][4];  // t9_x: 16 x 64
+  // t_k: smem 128 x 64 f16 at byte 2048 (double-buffered)
+  // t_v: smem 128 x 64 f16 at byte 34816 (double-buffered)
+  float b6[1][4][4];  // t7: 16 x 128
+  float b7[1][4][4];  // t9_x: 16 x 128
   float b8[1][2];  // t9_mt: one per row
   float b9[1][2];  // t9_mn: one per row
   float b10[1][2];  // t9_c: one per row
-  float b11[1][2][4];  // t9: 16 x 64
+  float b11[1][4][4];  // t9: 16 x 128
   // t_ws1_stage: smem 16 x 64 f32 at byte 0
   float b13[1][2][4];  // t11_all: 16 x 64
   // t_merge: smem 64 x 66 f32 at byte 0
@@ -301,71 +301,71 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   cleave::cp_async_commit();
   cleave::cp_async_wait<0>();
   __syncthreads();
-  // for j0 in range(0, l/s_l, 64)
+  // for j0 in range(0, l/s_l, 128)
   {
-    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_l, e_s_l), 64LL);
+    const int n_j0 = (int)cleave_ceil_div(cleave_ceil_div(e_l, e_s_l), 128LL);
     __syncthreads();
     if (n_j0 > 0) {
       const int j0 = 0;
       // t_k = Load(k)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
         const long long step_ = 16LL * (si1_1);
         #pragma unroll
-        for (int it_ = 0; it_ < 4; ++it_) {
+        for (int it_ = 0; it_ < 8; ++it_) {
           const int r = r0 + it_ * 16;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 2048 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 2048 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
           src_w += step_;
         }
       }
       // t_v = Load(v)
       {
-        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+        const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
         const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
         const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
         const long long step_ = 16LL * (si2_1);
         #pragma unroll
-        for (int it_ = 0; it_ < 4; ++it_) {
+        for (int it_ = 0; it_ < 8; ++it_) {
           const int r = r0 + it_ * 16;
-          const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-          cleave::cp_async_16((smem + 18432 + (0) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
+          const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+          cleave::cp_async_16((smem + 34816 + (0) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
           src_w += step_;
         }
       }
     }
     cleave::cp_async_commit();
     int j0 = 0;
-    const auto whole_ = [&](int j0) { return 64 <= cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0)) && 64 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)); };
+    const auto whole_ = [&](int j0) { return 128 <= cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0)) && 128 <= cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)); };
     for (; j0 + 1 < n_j0 && whole_(j0) && whole_(j0 + 1); ++j0) {
       const int next = j0 + 1;
       {
         const int j0 = next;
         // t_k = Load(k)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
           const long long step_ = 16LL * (si1_1);
           #pragma unroll
-          for (int it_ = 0; it_ < 4; ++it_) {
+          for (int it_ = 0; it_ < 8; ++it_) {
             const int r = r0 + it_ * 16;
-            cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+            cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
             src_w += step_;
           }
         }
         // t_v = Load(v)
         {
-          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+          const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
           const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
           const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
           const long long step_ = 16LL * (si2_1);
           #pragma unroll
-          for (int it_ = 0; it_ < 4; ++it_) {
+          for (int it_ = 0; it_ < 8; ++it_) {
             const int r = r0 + it_ * 16;
-            cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
+            cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), src_w, (int)(8 * 2));
             src_w += step_;
           }
         }
@@ -378,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -390,17 +390,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 2; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 2 ? lane : (lane & 15);
-            const int br = wn * 2 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 2) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -416,10 +416,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b7[mi][ni][2 * h + e] = ((true) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
@@ -433,10 +433,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -511,10 +511,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
@@ -528,20 +528,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t11 += MMA, k = 64
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -556,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (0 * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, wn * 16 + kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, wn * 32 + kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
@@ -578,29 +578,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
           const int j0 = next;
           // t_k = Load(k)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si1_1 + (1LL * i1) * si1_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p1 + (tb + (long long)r0 * (si1_1) + (long long)c);
             const long long step_ = 16LL * (si1_1);
             #pragma unroll
-            for (int it_ = 0; it_ < 4; ++it_) {
+            for (int it_ = 0; it_ < 8; ++it_) {
               const int r = r0 + it_ * 16;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 2048 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p1, (int)(nv * 2));
               src_w += step_;
             }
           }
           // t_v = Load(v)
           {
-            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
+            const long long tb = ((1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0) * si2_1 + (1LL * i1) * si2_0 + (0LL));
             const int r0 = threadIdx.x / 8, c = (threadIdx.x % 8) * 8;
             const auto* src_w = p2 + (tb + (long long)r0 * (si2_1) + (long long)c);
             const long long step_ = 16LL * (si2_1);
             #pragma unroll
-            for (int it_ = 0; it_ < 4; ++it_) {
+            for (int it_ = 0; it_ < 8; ++it_) {
               const int r = r0 + it_ * 16;
-              const long long nv = ((r < 64) && (((r / 1) % 64) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (((r / 1) % 64) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
-              cleave::cp_async_16((smem + 18432 + (j0 & 1) * 8192) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
+              const long long nv = ((r < 128) && (((r / 1) % 128) < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (((r / 1) % 128) < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) ? cleave_max_ll(0LL, 8LL) : 0LL;
+              cleave::cp_async_16((smem + 34816 + (j0 & 1) * 16384) + cleave_off<128, 2, 1>(r, c), nv > 0 ? src_w : p2, (int)(nv * 2));
               src_w += step_;
             }
           }
@@ -614,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         #pragma unroll
         for (int mi = 0; mi < 1; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int r = 0; r < 4; ++r) b6[mi][ni][r] = 0.0f;
         #pragma unroll
@@ -626,17 +626,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
             cleave::ldmatrix_x4(a[mi], ((smem + 0) + cleave_off_split<128, 2, 1>(r, (lane >> 4) * 8, 0, kk * 16)));
           }
           #pragma unroll
-          for (int nj = 0; nj < 2; nj += 2) {
+          for (int nj = 0; nj < 4; nj += 2) {
             uint32_t bq[4];
-            const int ll = nj + 1 < 2 ? lane : (lane & 15);
-            const int br = wn * 2 * 8 + ((ll >> 4) << 3) + (ll & 7);
+            const int ll = nj + 1 < 4 ? lane : (lane & 15);
+            const int br = wn * 4 * 8 + ((ll >> 4) << 3) + (ll & 7);
             const int bc = ((ll >> 3) & 1) * 8;
-            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
+            cleave::ldmatrix_x4(bq, ((smem + 2048 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, nj * 8, kk * 16)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};
               cleave::mma_m16n8k16(b6[mi][nj], a[mi], bf0, b6[mi][nj]);
-              if (nj + 1 < 2) {
+              if (nj + 1 < 4) {
                 const uint32_t bf1[2] = {bq[2], bq[3]};
                 cleave::mma_m16n8k16(b6[mi][nj + 1], a[mi], bf1, b6[mi][nj + 1]);
               }
@@ -652,12 +652,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
-          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
+          b7[mi][ni][2 * h + e] = (((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) ? b6[mi][ni][2 * h + e] : -INFINITY);
         }
       }
       // t9_mt = row max
@@ -669,10 +669,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = -INFINITY;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           if (true) part = fmaxf(part, b7[mi][ni][2 * h + e]);
         }
@@ -747,10 +747,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         const int row = (wm * 1 + mi) * 16 + g + 8 * h;
         (void)row;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
           b11[mi][ni][2 * h + e] = cleave_exp_diff_scaled(b7[mi][ni][2 * h + e], 0.18033688f, b2[mi][h]);
         }
@@ -764,20 +764,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         float part = 0.0f;
         #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < 4; ++ni)
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = (wn * 2 + ni) * 8 + 2 * t + e;
+          const int col = (wn * 4 + ni) * 8 + 2 * t + e;
           (void)col;
-          if ((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (64LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 64LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
+          if ((col < cleave_room(cleave_ceil_div(e_l, e_s_l) - (128LL * j0))) && (col < cleave_room(e_l - (1LL * i0 * cleave_ceil_div(e_l, e_s_l) + 128LL * j0)))) part = cleave_add(part, b11[mi][ni][2 * h + e]);
         }
         part = cleave::quad_sum(part);
         b0[mi][h] = cleave_add(b0[mi][h], part);
       }
-      // t11 += MMA, k = 64
+      // t11 += MMA, k = 128
       {
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           uint32_t a[1][4];
           #pragma unroll
           for (int mi = 0; mi < 1; ++mi) {
@@ -792,7 +792,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
             const int ll = nj + 1 < 8 ? lane : (lane & 15);
             const int br = (((ll >> 3) & 1) << 3) + (ll & 7);
             const int bc = (0 * 8 + nj) * 8 + ((ll >> 4) << 3);
-            cleave::ldmatrix_x4_trans(bq, ((smem + 18432 + (j0 & 1) * 8192) + cleave_off_split<128, 2, 1>(br, bc, wn * 16 + kk * 16, 0)));
+            cleave::ldmatrix_x4_trans(bq, ((smem + 34816 + (j0 & 1) * 16384) + cleave_off_split<128, 2, 1>(br, bc, wn * 32 + kk * 16, 0)));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi) {
               const uint32_t bf0[2] = {bq[0], bq[1]};

@@ -41,7 +41,9 @@ mod dispatch {
     use crate::buffers::{DevBuf, HostBuf};
     use crate::error::BenchError;
 
-    pub(crate) type CudaFn = fn(&Arc<CudaStream>, &[DevBuf], &mut [DevBuf], &[usize]) -> Result<(), BenchError>;
+    /// A kernel's launch on a stream, with its split count pinned when one is given.
+    pub(crate) type CudaFn =
+        fn(&Arc<CudaStream>, &[DevBuf], &mut [DevBuf], &[usize], Option<u64>) -> Result<(), BenchError>;
     pub(crate) type HostFn = fn(&[HostBuf], &mut [HostBuf], &[usize]) -> Result<(), BenchError>;
 
     pub(crate) struct Dispatch {
@@ -80,6 +82,9 @@ options:
   --reps N              most timed repetitions per case (default 50)
   --target-ms MS        timed GPU work per case, which sets the repetitions (default 200)
   --seed N              seed of the random inputs (default 17)
+  --splits N,N,..       also time each case with its split count pinned to each N (kernels
+                        whose launcher chooses a split count; counts the extents refuse are
+                        recorded as refused)
   --reference           also write cleave's own f64 reference of each check output (CPU, slow:
                         for small --check-dims)
   --list                list the kernels with their check and timing extents
@@ -105,6 +110,7 @@ struct Args {
     seed: u64,
     reference: bool,
     list: bool,
+    splits: Vec<u64>,
     kernels: Vec<String>,
 }
 
@@ -129,6 +135,7 @@ impl Args {
             seed: 17,
             reference: false,
             list: false,
+            splits: Vec::new(),
             kernels: Vec::new(),
         };
         let mut it = args.iter();
@@ -178,6 +185,16 @@ impl Args {
                     let v = value("--seed")?;
                     a.seed =
                         v.parse().map_err(|_| BenchError::new(format!("--seed: expected an integer, got `{v}`")))?;
+                }
+                "--splits" => {
+                    let v = value("--splits")?;
+                    a.splits = v
+                        .split(',')
+                        .map(|p| p.trim().parse::<u64>().ok().filter(|n| (1..=1024).contains(n)))
+                        .collect::<Option<Vec<u64>>>()
+                        .ok_or_else(|| {
+                            BenchError::new(format!("--splits: expected split counts like 1,2,4,8, got `{v}`"))
+                        })?;
                 }
                 "--reference" => a.reference = true,
                 "--list" => a.list = true,
@@ -399,7 +416,7 @@ fn check_one(
             let dev_in = host_in.iter().map(|h| h.upload(&g.stream)).collect::<Result<Vec<_>, _>>()?;
             let mut dev_out =
                 outs.iter().map(|t| DevBuf::poisoned(&g.stream, t.dtype, t.len())).collect::<Result<Vec<_>, _>>()?;
-            (k.dispatch.cuda)(&g.stream, &dev_in, &mut dev_out, &dynamic)?;
+            (k.dispatch.cuda)(&g.stream, &dev_in, &mut dev_out, &dynamic, None)?;
             g.sync()?;
             dev_out.iter().map(|d| d.download(&g.stream)).collect::<Result<Vec<_>, _>>()?
         }
@@ -519,7 +536,7 @@ fn time_one(
         outs.iter().map(|t| DevBuf::poisoned(&gpu.stream, t.dtype, t.len())).collect::<Result<Vec<_>, _>>()?;
 
     // One launch over poisoned outputs: every element must be written and finite.
-    (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic)?;
+    (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic, None)?;
     gpu.sync()?;
     let mut nonfinite = 0;
     for d in &dev_out {
@@ -527,10 +544,36 @@ fn time_one(
     }
 
     let t = timing::time(&gpu.stream, flush, &args.timing, || {
-        (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic)
+        (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic, None)
     })?;
     let mut v = t.json();
     merge(&mut v, json!({ "status": "ok", "nonfinite_outputs": nonfinite }));
+    // The same call with each split count pinned, where the launcher chooses one: what the
+    // launcher's rule is measured against. A count these extents do not allow is recorded as
+    // refused; the launcher's own choice is the count its extents hold.
+    let plan = k.dispatch.plan;
+    let derived = plan.dims.iter().position(|d| d.derive.is_some());
+    if let (Some(at), false) = (derived, args.splits.is_empty()) {
+        let sms = gpu.info["multiprocessors"].as_u64().and_then(|n| u32::try_from(n).ok());
+        let chosen = cleave::runtime::plan::Extents::on(plan, &dynamic, sms).map(|e| e[at]).ok();
+        let mut sweep = Vec::new();
+        for &count in &args.splits {
+            let record = match (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic, Some(count)) {
+                Err(e) => json!({ "count": count, "error": e.to_string() }),
+                Ok(()) => {
+                    gpu.sync()?;
+                    let t = timing::time(&gpu.stream, flush, &args.timing, || {
+                        (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic, Some(count))
+                    })?;
+                    let mut r = t.json();
+                    merge(&mut r, json!({ "count": count }));
+                    r
+                }
+            };
+            sweep.push(record);
+        }
+        merge(&mut v, json!({ "split_dim": plan.dims[at].name, "split_chosen": chosen, "split_sweep": sweep }));
+    }
     Ok(v)
 }
 

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use crate::graph::{DType, Dim, DimKind, DimVar, PerRequestKind, StoreAxis, TensorDecl};
-use crate::plan::{Binding, Launch};
+use crate::plan::{Binding, Kernel, Launch};
 
 /// A factor of a product (mirrors the runtime's `Factor`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -82,12 +82,19 @@ pub enum DeriveData {
     SplitCount {
         /// The split kernel's blocks besides the split.
         blocks: Vec<FactorData>,
+        /// Of those, the ones that stream data of their own
+        /// ([`crate::plan::requests::SplitShape::streams`]).
+        streams: Vec<FactorData>,
         /// Every request's entries together (an upper bound), or a dense axis' extent.
         entries: Vec<FactorData>,
         /// The batch dim (`None`: a dense axis, one request).
         batch: Option<u16>,
         /// The SMs the grid is spread over.
         sms: u32,
+        /// Blocks of the split kernel one SM holds at once.
+        resident: u32,
+        /// [`crate::plan::requests::SplitShape::fill`] of the GPU.
+        fill: u32,
     },
 }
 
@@ -367,26 +374,39 @@ fn split_rule(
             Ok(FactorData::Const(dims.get(d).value))
         }
     };
-    let mut blocks = Vec::new();
-    if let Some(k) = launch.kernels.iter().find(|k| k.grid().iter().any(|a| a.dim == v)) {
-        for a in k.grid().iter().filter(|a| a.dim != v) {
-            blocks.push(if dims.get(a.dim).dynamic {
+    let (mut blocks, mut streams) = (Vec::new(), Vec::new());
+    let mut resident = 1;
+    if let Some((i, k)) = launch.kernels.iter().enumerate().find(|(_, k)| k.grid().iter().any(|a| a.dim == v)) {
+        resident = launch.resident.get(i).copied().unwrap_or(1);
+        // A stage kernel's axes all count as streaming: it has no tiles to tell apart.
+        let axes = match k {
+            Kernel::Tile(t) => crate::plan::requests::split_axes(t, v),
+            Kernel::Stage(_) => k.grid().iter().filter(|a| a.dim != v).map(|a| (*a, true)).collect(),
+        };
+        for (a, own) in axes {
+            let f = if dims.get(a.dim).dynamic {
                 FactorData::CeilDiv(index(a.dim)?, a.tile)
             } else {
                 FactorData::Const(dims.get(a.dim).value.div_ceil(a.tile))
-            });
+            };
+            if own {
+                streams.push(f);
+            }
+            blocks.push(f);
         }
     }
+    let (sms, fill) = (launch.sms, launch.fill);
     // A dense axis is one request of its whole extent.
     let Some(pr) = dims.get(of).per_request.as_ref() else {
-        return Ok(DeriveData::SplitCount { blocks, entries: vec![factor(of)?], batch: None, sms: launch.sms });
+        let entries = vec![factor(of)?];
+        return Ok(DeriveData::SplitCount { blocks, streams, entries, batch: None, sms, resident, fill });
     };
     let entries = match &pr.kind {
         PerRequestKind::Ragged { total: Some(t), .. } => vec![factor(*t)?],
         PerRequestKind::Ragged { total: None, .. } => vec![FactorData::Const(dims.get(of).value), factor(pr.batch)?],
         PerRequestKind::Paged { indices, page_size, .. } => vec![factor(indices.len)?, FactorData::Const(*page_size)],
     };
-    Ok(DeriveData::SplitCount { blocks, entries, batch: Some(index(pr.batch)?), sms: launch.sms })
+    Ok(DeriveData::SplitCount { blocks, streams, entries, batch: Some(index(pr.batch)?), sms, resident, fill })
 }
 
 impl PlanData {
@@ -442,9 +462,10 @@ impl PlanData {
             .map(|d| {
                 let derive = match &d.derive {
                     None => "::core::option::Option::None".to_string(),
-                    Some(DeriveData::SplitCount { blocks, entries, batch, sms }) => format!(
-                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, entries: {}, batch: {}, sms: {sms} }})",
+                    Some(DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill }) => format!(
+                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, streams: {}, entries: {}, batch: {}, sms: {sms}, resident: {resident}, fill: {fill} }})",
                         factors(blocks),
+                        factors(streams),
                         factors(entries),
                         match batch {
                             Some(b) => format!("::core::option::Option::Some({b})"),

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use crate::arch::Targets;
+use crate::arch::{Arch, Targets};
 use crate::graph::{DimKind, DimTable, DimVar, ValidGraph};
 use crate::plan::{
     assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, Cost, KernelGraph, KernelIo,
@@ -186,7 +186,7 @@ fn plan_kernel(
             let cost = if runtime {
                 let mut kernels = earlier.to_vec();
                 kernels.push((&planned.kernel, planned.registers));
-                let declared = at_workload(&g.dims, g.dims.clone(), &kernels, targets.fit.sms);
+                let declared = at_workload(&g.dims, g.dims.clone(), &kernels, &targets.fit);
                 kernel_cost_on(&planned.kernel, &declared, planned.registers, targets)
             } else {
                 kernel_cost_on(&planned.kernel, &g.dims, planned.registers, targets)
@@ -229,7 +229,7 @@ pub fn candidates(
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
             // The kernels' own figures are those of the declared extents, with the split
             // counts the launcher would choose for them: what `cleave schedule` reports.
-            let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels, targets.fit.sms);
+            let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels, &targets.fit);
             let costs = kernels.iter().map(|(k, regs)| kernel_cost_on(k, &declared, *regs, targets)).collect();
             (workload_seconds(&graph.dims, &kernels, targets), costs)
         } else {
@@ -242,7 +242,7 @@ pub fn candidates(
             let tiled = Tiled { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph };
             schedules.push(KernelSchedule::Tiled(Box::new(tiled)));
         }
-        match assemble(graph, &part, planned, symbol_prefix, targets.fit.sms) {
+        match assemble(graph, &part, planned, symbol_prefix, &targets.fit) {
             Ok(launch) => out.push(Candidate { launch, schedules, costs, seconds }),
             Err(e) => stats.count(e.kind(), 1),
         }
@@ -257,23 +257,24 @@ pub fn candidates(
 fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &Targets) -> f64 {
     let mut total = 0.0;
     for table in requests::workloads(dims) {
-        let table = at_workload(dims, table, kernels, targets.fit.sms);
+        let table = at_workload(dims, table, kernels, &targets.fit);
         total += kernels.iter().map(|(k, regs)| kernel_cost_on(k, &table, *regs, targets).seconds).sum::<f64>();
     }
     total
 }
 
-/// A workload's dim table with the split counts a launch would choose for it on a GPU of
-/// `sms` SMs, and the chunks that follow from them.
-fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)], sms: u32) -> DimTable {
+/// A workload's dim table with the split counts a launch would choose for it on GPU `arch`,
+/// and the chunks that follow from them.
+fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)], arch: &Arch) -> DimTable {
     let counts: Vec<DimVar> = table.iter().map(|(v, _)| v).filter(|v| requests::is_runtime_split(dims, *v)).collect();
     for v in counts {
         let DimKind::SplitCount { of } = table.get(v).kind else { continue };
-        let Some(k) = kernels.iter().map(|(k, _)| k).find(|k| k.grid.iter().any(|a| a.dim == v)) else { continue };
-        let blocks: u64 =
-            k.grid.iter().filter(|a| a.dim != v).map(|a| table.get(a.dim).value.div_ceil(a.tile).max(1)).product();
-        let per = requests::per_request_entries(&table, of, &|d| table.get(d).value);
-        table.get_mut(v).value = requests::split_count(blocks, per, u64::from(sms));
+        let Some((k, regs)) = kernels.iter().find(|(k, _)| k.grid.iter().any(|a| a.dim == v)) else { continue };
+        let extent = |d: DimVar| table.get(d).value;
+        let per = requests::per_request_entries(&table, of, &extent);
+        let resident = crate::plan::cost::resident_blocks(k, *regs, arch);
+        let shape = requests::split_shape(k, v, &extent, per, arch.sms, resident, requests::split_fill(arch));
+        table.get_mut(v).value = requests::split_count(shape);
     }
     // Chunks follow their axis and count.
     let chunks: Vec<(DimVar, DimVar, DimVar)> = table

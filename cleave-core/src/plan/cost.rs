@@ -103,7 +103,7 @@ fn trips(dims: &DimTable, d: DimVar, tile: u64) -> u64 {
 
 /// Blocks of a kernel resident on one SM at once: what its shared memory, registers and
 /// threads allow.
-fn resident_blocks(k: &TileKernel, registers: u64, arch: &Arch) -> u64 {
+pub fn resident_blocks(k: &TileKernel, registers: u64, arch: &Arch) -> u64 {
     let threads = u64::from(k.warps.threads());
     let by_smem = if k.smem_bytes == 0 { 32 } else { arch.smem_per_sm / k.smem_bytes.max(1) };
     let by_regs = u64::from(arch.regs_per_sm) / (registers.max(1) * threads);

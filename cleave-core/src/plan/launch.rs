@@ -112,6 +112,10 @@ pub struct Launch {
     /// ([`split_count`](crate::plan::requests::split_count)) lands the grid evenly on them in
     /// the ranking and the host emulation; a launch on a device uses the device's count.
     pub sms: u32,
+    /// The same GPU's [`SplitShape::fill`](crate::plan::requests::SplitShape::fill).
+    pub fill: u32,
+    /// Per kernel: its blocks one SM of that GPU holds at once.
+    pub resident: Vec<u32>,
 }
 
 impl Launch {
@@ -128,9 +132,10 @@ impl Launch {
         &self.graph.dims
     }
 
-    /// Whether `other` is the same plan: equal in everything but the SM count it was made for.
-    /// That count only sets the split counts of the host emulation (a launch on a device
-    /// splits for the device's own SMs), so two GPUs whose best kernels agree share them.
+    /// Whether `other` is the same plan: equal in everything but the GPU it was made for.
+    /// That GPU's figures (SMs, fill, residency) only set the split counts of the host
+    /// emulation and the launcher's rule, so two GPUs whose best kernels agree share them
+    /// (with the figures of the first).
     pub fn same_plan(&self, other: &Launch) -> bool {
         self.graph == other.graph
             && self.kernels == other.kernels
@@ -167,13 +172,13 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
 }
 
 /// Assembles the planned kernels of a partition (each planned with [`kernel_io`]) into a
-/// launch for a GPU of `sms` SMs, naming kernel `k` `{symbol_prefix}_{k}`.
+/// launch for GPU `arch`, naming kernel `k` `{symbol_prefix}_{k}`.
 pub fn assemble(
     graph: &ValidGraph,
     part: &Partition,
     planned: Vec<Planned>,
     symbol_prefix: &str,
-    sms: u32,
+    arch: &Arch,
 ) -> Result<Launch, PlanError> {
     let mut workspaces = part.workspaces.clone();
     let mut scaled: Vec<Binding> = Vec::new();
@@ -194,7 +199,7 @@ pub fn assemble(
     if scaled.iter().any(|s| !part.kernels.iter().any(|kg| kg.inputs.contains(s))) {
         return Err(PlanError::UnmergedScaledPartial);
     }
-    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms })
+    Ok(on_gpu(graph, kernels, workspaces, registers, arch))
 }
 
 /// Registers per thread a stage kernel is estimated to need: a few extended-exponent values
@@ -230,5 +235,27 @@ pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, arch: &Arch) -> Result<
         })
         .collect();
     let registers = vec![STAGE_REGISTERS; kernels.len()];
-    Ok(Launch { graph: graph.clone(), kernels, workspaces, registers, sms: arch.sms })
+    Ok(on_gpu(graph, kernels, workspaces, registers, arch))
+}
+
+/// A launch of these kernels planned for `arch`, with the figures its split counts are
+/// chosen by.
+fn on_gpu(
+    graph: &ValidGraph,
+    kernels: Vec<Kernel>,
+    workspaces: Vec<Workspace>,
+    registers: Vec<u64>,
+    arch: &Arch,
+) -> Launch {
+    let resident = kernels
+        .iter()
+        .zip(&registers)
+        .map(|(k, r)| match k {
+            Kernel::Tile(t) => u32::try_from(crate::plan::cost::resident_blocks(t, *r, arch)).unwrap_or(1),
+            // A stage kernel is never split.
+            Kernel::Stage(_) => 1,
+        })
+        .collect();
+    let fill = crate::plan::requests::split_fill(arch);
+    Launch { graph: graph.clone(), kernels, workspaces, registers, sms: arch.sms, fill, resident }
 }

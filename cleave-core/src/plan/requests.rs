@@ -18,9 +18,6 @@
 
 use crate::graph::{DimKind, DimTable, DimVar, Graph, PerRequestKind, ValidGraph};
 
-/// Blocks per SM a split aims at, at least: with two, one block's loads are in flight while
-/// the other's wait, and a grid of that many blocks is at least one full wave.
-pub const SPLIT_BLOCKS_PER_SM: u64 = 2;
 /// The shortest chunk of a request worth a block of its own: 128 entries are 64 KiB of one
 /// 128-wide K/V head in 16 bits, and more than twice that of an MLA latent row.
 pub const SPLIT_MIN_CHUNK: u64 = 128;
@@ -28,32 +25,117 @@ pub const SPLIT_MIN_CHUNK: u64 = 128;
 pub const SPLIT_MAX: u64 = 32;
 /// What a block of a split costs besides streaming its chunk, in entries of a request:
 /// storing its partial result, the combine's reading it back, and filling its pipeline. Half
-/// the shortest chunk; a constant of the same standing as the cost model's, to be measured on
-/// a GPU.
+/// the shortest chunk.
 pub const SPLIT_BLOCK_OVERHEAD: u64 = 64;
 
-/// The split count of a per-request dim for a launch whose split kernel has `blocks` blocks
-/// besides the split, over requests of `per_request` entries on average, on a GPU of `sms`
-/// SMs.
+/// What the split-count rule knows of a launch: all of it is known to the launcher without
+/// reading device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitShape {
+    /// The split kernel's blocks besides the split.
+    pub blocks: u64,
+    /// Of those, how many stream data of their own: the blocks along grid axes that index
+    /// the tensors the split axis runs over. The others (the row tiles of a batch over one
+    /// K/V head, query heads packed apart) read the same chunks again, from L2.
+    pub streams: u64,
+    /// The entries a request has on average.
+    pub per_request: u64,
+    /// The GPU's SMs.
+    pub sms: u64,
+    /// Blocks of the split kernel one SM holds at once.
+    pub resident: u64,
+    /// How many blocks, each streaming as fast as one block does, saturate DRAM: the GPU's
+    /// DRAM bandwidth over one SM's ([`split_fill`]).
+    pub fill: u64,
+}
+
+/// [`SplitShape::fill`] of a GPU: its DRAM bandwidth over the most one SM streams on its own.
+pub fn split_fill(arch: &crate::arch::Arch) -> u32 {
+    (arch.dram_bandwidth / arch.sm_dram_bandwidth).round().clamp(1.0, 4096.0) as u32
+}
+
+/// The split count of a per-request dim: of the counts from 1 up to as many as leave no chunk
+/// shorter than [`SPLIT_MIN_CHUNK`] (at most [`SPLIT_MAX`]), the one whose launch is
+/// estimated to end first, the fewest parts among equals.
 ///
-/// The counts worth having lie between enough parts for [`SPLIT_BLOCKS_PER_SM`] blocks per
-/// SM and as many as leave no chunk shorter than [`SPLIT_MIN_CHUNK`] (at most
-/// [`SPLIT_MAX`]); when the first exceeds the second, the second wins. Among them the count
-/// is chosen by the work of the busiest SM, which the launch lasts as long as: with `s` parts
-/// it runs `ceil(blocks·s / sms)` blocks, each streaming `per_request / s` entries and paying
-/// [`SPLIT_BLOCK_OVERHEAD`]. A grid of 288 blocks on 132 SMs leaves the busiest SM three blocks
-/// where the average is 2.2; 384 blocks give it three of a quarter less work each.
-pub fn split_count(blocks: u64, per_request: u64, sms: u64) -> u64 {
+/// With `s` parts a launch lasts as long as the longer of two things, in units of one
+/// block's streaming of one entry:
+/// - the busiest SM: it runs `ceil(blocks·s / sms)` blocks, `resident` at a time, each
+///   streaming `per_request / s` entries and paying [`SPLIT_BLOCK_OVERHEAD`];
+/// - DRAM: the `streams · per_request` entries of distinct data and every block's overhead,
+///   at `fill` blocks' rate.
+///
+/// So a split stops at about one block per SM when the blocks read distinct data (DRAM is
+/// then the bound, and every further part only adds partials to store and merge), and goes on
+/// to fill every resident slot when many blocks read the same chunks (one block then streams
+/// from L2 at its own rate, which DRAM would outpace). Measured on an H200 (bench/RESULTS.md,
+/// "The split count, measured"), this picks the fastest count of the attention decodes at
+/// batches of 1 to 64 and contexts of 4k and 16k keys.
+pub fn split_count(shape: SplitShape) -> u64 {
     // Bounded so that the products below cannot overflow; no launch comes near the bounds.
-    let blocks = blocks.clamp(1, 1 << 32);
-    let sms = sms.clamp(1, 1 << 16);
-    let per_request = per_request.min(1 << 48);
+    let blocks = u128::from(shape.blocks.clamp(1, 1 << 24));
+    let streams = u128::from(shape.streams.clamp(1, 1 << 24)).min(blocks);
+    let sms = u128::from(shape.sms.clamp(1, 1 << 16));
+    let resident = u128::from(shape.resident.clamp(1, 64));
+    let fill = u128::from(shape.fill.clamp(1, 1 << 12));
+    let per_request = shape.per_request.min(1 << 40);
     let most = (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX);
-    let least = (SPLIT_BLOCKS_PER_SM * sms).div_ceil(blocks).clamp(1, most);
-    // The busiest SM's work with `s` parts, times `s` (its blocks, each `per_request / s`
-    // entries and the overhead), so that counts compare exactly by cross-multiplication.
-    let work = |s: u64| u128::from((blocks * s).div_ceil(sms)) * u128::from(per_request + SPLIT_BLOCK_OVERHEAD * s);
-    (least..=most).fold(least, |best, s| if work(s) * u128::from(best) < work(best) * u128::from(s) { s } else { best })
+    let per = u128::from(per_request);
+    let over = u128::from(SPLIT_BLOCK_OVERHEAD);
+    // The launch's time with `s` parts, times `s · fill`, so that counts compare exactly by
+    // cross-multiplication.
+    let time = |s: u64| {
+        let s = u128::from(s);
+        let rounds = (blocks * s).div_ceil(sms).div_ceil(resident);
+        let busiest = rounds * (per + over * s) * fill;
+        let dram = (streams * per + blocks * s * over) * s;
+        busiest.max(dram)
+    };
+    (2..=most).fold(1, |best, s| if time(s) * u128::from(best) < time(best) * u128::from(s) { s } else { best })
+}
+
+/// The rule's view of split count `v` of kernel `k` at the extents `extent` gives, over
+/// requests of `per_request` entries on a GPU of `sms` SMs that holds `resident` of its
+/// blocks at once and whose DRAM `fill` blocks keep busy.
+pub fn split_shape(
+    k: &crate::plan::program::TileKernel,
+    v: DimVar,
+    extent: &dyn Fn(DimVar) -> u64,
+    per_request: u64,
+    sms: u32,
+    resident: u64,
+    fill: u32,
+) -> SplitShape {
+    let axes = split_axes(k, v);
+    let trips = |a: &crate::plan::program::GridAxis| extent(a.dim).div_ceil(a.tile).max(1);
+    SplitShape {
+        blocks: axes.iter().map(|(a, _)| trips(a)).product(),
+        streams: axes.iter().filter(|(_, own)| *own).map(|(a, _)| trips(a)).product(),
+        per_request,
+        sms: u64::from(sms),
+        resident,
+        fill: u64::from(fill),
+    }
+}
+
+/// The grid axes of split kernel `k` besides its split count `v`, each with whether its
+/// blocks stream data of their own ([`SplitShape::streams`]): whether some tile the kernel
+/// loads along the split also moves with that axis. A kernel that loads nothing along the
+/// split has every axis streaming.
+pub fn split_axes(k: &crate::plan::program::TileKernel, v: DimVar) -> Vec<(crate::plan::program::GridAxis, bool)> {
+    let split = k.grid.iter().find(|a| a.dim == v).map(|a| a.iter);
+    let streamed: Vec<&crate::index::TMap> = crate::plan::program::flatten(&k.body)
+        .into_iter()
+        .filter_map(|st| match st {
+            crate::plan::program::Stmt::Load { tmap, .. } if split.is_some_and(|i| tmap.uses(i)) => Some(tmap),
+            _ => None,
+        })
+        .collect();
+    k.grid
+        .iter()
+        .filter(|a| a.dim != v)
+        .map(|a| (*a, streamed.is_empty() || streamed.iter().any(|t| t.uses(a.iter))))
+        .collect()
 }
 
 /// The split counts that a launch chooses at run time (of per-request and of dynamic axes):
@@ -134,53 +216,68 @@ pub fn workloads(dims: &DimTable) -> Vec<DimTable> {
 mod tests {
     use super::*;
 
-    /// The H200's SMs, which the tests' figures are for.
-    const H200: u64 = 132;
-
-    #[test]
-    fn the_split_count_fills_the_gpu_but_keeps_chunks_long() {
-        // One request of 16k keys over 4 KV heads: 4 blocks, 66 parts wanted, capped at 32.
-        assert_eq!(split_count(4, 16384, H200), 32);
-        // 16 requests of 2048 over 4 heads: 64 blocks; 5 parts would be 320 blocks, three on
-        // the busiest SM; 6 give every SM two or three, of a sixth of a request each.
-        assert_eq!(split_count(64, 2048, H200), 6);
-        // Short requests are not split below 128 keys a part.
-        assert_eq!(split_count(4, 600, H200), 4);
-        assert_eq!(split_count(4, 255, H200), 1);
-        assert_eq!(split_count(4, 100, H200), 1);
-        // A launch that fills the GPU already is not split.
-        assert_eq!(split_count(512, 8192, H200), 1);
+    /// An H200: 132 SMs, and DRAM saturated by about 102 blocks streaming at once.
+    fn h200(blocks: u64, streams: u64, per_request: u64, resident: u64) -> u64 {
+        split_count(SplitShape { blocks, streams, per_request, sms: 132, resident, fill: 102 })
     }
 
     #[test]
-    fn the_split_count_lands_evenly_on_the_sms_it_finds() {
-        // 32 heads over 4096 keys: 9 parts (the fewest for two blocks per SM) would be 288 blocks, three
-        // the busiest of 132 SMs against 2.2 on average; 12 parts are 384 blocks, three on
-        // every SM but 12. An A100's 108 SMs take 10 parts: 320 blocks, at most three each.
-        assert_eq!(split_count(32, 4096, H200), 12);
-        assert_eq!(split_count(32, 4096, 108), 10);
-        // Over a sweep, the count stays within its bounds, fills a wave whenever the requests
-        // are long enough for it, and no other count of its range gives the busiest SM less
-        // work (reckoned here in floating point).
-        for sms in [16, 78, 108, 114, 132, 148] {
-            for blocks in [1, 2, 3, 5, 8, 13, 32, 64, 100, 127, 200, 264, 300, 1000] {
-                for per_request in [0, 100, 128, 1000, 4096, 5000, 1 << 20] {
-                    let s = split_count(blocks, per_request, sms);
-                    let most = (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX);
-                    assert!((1..=most).contains(&s), "{blocks} blocks, {per_request}, {sms} SMs: {s}");
-                    if most * blocks >= 2 * sms {
-                        assert!(s * blocks >= 2 * sms, "{blocks} blocks, {per_request}, {sms} SMs: {s}");
-                    }
-                    let busiest = |s: u64| {
-                        let per_sm = ((blocks * s) as f64 / sms as f64).ceil();
-                        per_sm * (per_request as f64 / s as f64 + SPLIT_BLOCK_OVERHEAD as f64)
-                    };
-                    let least = (2 * sms).div_ceil(blocks).clamp(1, most);
-                    for other in least..=most {
-                        assert!(
-                            busiest(s) <= busiest(other) * (1.0 + 1e-12),
-                            "{blocks} blocks, {per_request}, {sms} SMs: {s} parts, but {other} do better"
-                        );
+    fn the_split_count_follows_what_was_measured() {
+        // The shapes of bench/RESULTS.md's sweep on an H200, where these counts were the
+        // fastest. 32 heads of distinct keys, 16 queries a block: 4 parts, 128 blocks, one
+        // per SM (12 parts, three per SM, took 1.15 to 1.25 times as long).
+        assert_eq!(h200(32, 32, 4096, 3), 4);
+        assert_eq!(h200(32, 32, 16384, 1), 4);
+        // 64 queries: four row tiles read each head's keys again, from L2, where one block
+        // streams slower than DRAM could feed it; two blocks per SM then go faster.
+        assert_eq!(h200(128, 32, 4096, 2), 2);
+        // One K/V head for 16 blocks of query heads: 8 parts, one block per SM (the rule of
+        // two blocks per SM took 24 and was 1.5 times as slow).
+        assert_eq!(h200(16, 1, 4096, 1), 8);
+        // MLA, one request's 16 heads a block, 16 requests: 2 parts.
+        assert_eq!(h200(64, 16, 4096, 1), 2);
+        // A single request over 4 blocks: as many parts as chunks of 128 allow, up to 32.
+        assert_eq!(h200(4, 1, 16384, 1), 32);
+    }
+
+    #[test]
+    fn the_split_count_keeps_chunks_long_and_ends_first() {
+        // Short requests are not split below 128 keys a part, and a launch that fills the GPU
+        // with distinct data already is not split.
+        assert_eq!(h200(4, 4, 600, 2), 4);
+        assert_eq!(h200(4, 4, 255, 2), 1);
+        assert_eq!(h200(4, 4, 100, 2), 1);
+        assert_eq!(h200(512, 512, 8192, 2), 1);
+        // Over a sweep, the count stays within its bounds and no other count of its range is
+        // estimated to end sooner, by the same model reckoned here in floating point.
+        for sms in [16, 78, 108, 132, 148] {
+            for blocks in [1u64, 2, 3, 5, 8, 13, 32, 64, 100, 127, 200, 264, 300, 1000] {
+                for streams in [1, blocks.div_ceil(4), blocks] {
+                    for per_request in [0, 100, 128, 1000, 4096, 5000, 1 << 20] {
+                        for (resident, fill) in [(1, 83), (2, 102), (3, 116)] {
+                            let shape = SplitShape { blocks, streams, per_request, sms, resident, fill };
+                            let s = split_count(shape);
+                            let most = (per_request / SPLIT_MIN_CHUNK).clamp(1, SPLIT_MAX);
+                            assert!((1..=most).contains(&s), "{shape:?}: {s}");
+                            let time = |s: u64| {
+                                let n = ((blocks * s) as f64 / sms as f64).ceil();
+                                let rounds = (n / resident as f64).ceil();
+                                let busiest = rounds * (per_request as f64 / s as f64 + SPLIT_BLOCK_OVERHEAD as f64);
+                                let dram = (streams as f64 * per_request as f64
+                                    + (blocks * s) as f64 * SPLIT_BLOCK_OVERHEAD as f64)
+                                    / fill as f64;
+                                busiest.max(dram)
+                            };
+                            for other in 1..=most {
+                                assert!(
+                                    time(s) <= time(other) * (1.0 + 1e-12),
+                                    "{shape:?}: {s} parts, but {other} end sooner"
+                                );
+                                if other < s {
+                                    assert!(time(other) > time(s) * (1.0 - 1e-12), "{shape:?}: {other} parts tie {s}");
+                                }
+                            }
+                        }
                     }
                 }
             }
