@@ -195,7 +195,7 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                     value: d.value,
                     dynamic: d.dynamic,
                     derive: d.derive.as_ref().map(
-                        |DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill }| {
+                        |DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill, launch }| {
                             Derive::SplitCount {
                                 blocks: product(blocks),
                                 streams: product(streams),
@@ -204,6 +204,7 @@ pub fn leak_plan(p: &PlanData) -> &'static LaunchPlan {
                                 sms: *sms,
                                 resident: *resident,
                                 fill: *fill,
+                                launch: *launch,
                             }
                         },
                     ),
@@ -429,8 +430,9 @@ impl HostLibrary {
                 plan.dims.len()
             ));
         }
-        // A split count chosen at run time is the launcher's choice, as on a GPU, unless the
-        // caller pins it.
+        // A split count chosen at run time is the launcher's choice, for the GPU the plan was
+        // made for (a launch on a device also takes that device's SM count and residency),
+        // unless the caller pins it.
         cleave_runtime::plan::derive_extents(plan, &mut extents);
         if let Some(count) = shape.split_count {
             cleave_runtime::plan::pin_split_count(plan, &mut extents, count).map_err(|e| e.to_string())?;

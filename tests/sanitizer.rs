@@ -173,6 +173,14 @@ fn a_dense_split_count_follows_the_extents() {
     assert_eq!(derived.len(), 1, "one split count, the launcher's");
     assert!(matches!(derived[0].derive, Some(DeriveData::SplitCount { batch: None, .. })), "{derived:?}");
     let split = launch.dims().find(&derived[0].name).expect("the split count");
+    // The count names the split kernel's launch, whose residency the device reports at run
+    // time: the launch whose grid spreads the parts.
+    let Some(DeriveData::SplitCount { launch: Some(at), .. }) = derived[0].derive else {
+        panic!("the split count names its launch: {derived:?}")
+    };
+    let named = &launch.kernels[usize::from(at)];
+    assert_eq!(plan.launches[usize::from(at)].symbol, named.symbol());
+    assert!(named.grid().iter().any(|a| a.dim == split), "launch {at} spreads the parts");
     let source = cuda::emit_launch(launch, "gqa_decode");
     // SAFETY: the generated source of this launch.
     let lib = unsafe { emulate::compile_source(&source, &plan) }.expect("builds");

@@ -63,7 +63,8 @@ fn run() -> Result<(), String> {
         out.push_str(&launcher(name, &inputs, &outputs, &dynamic, Backend::Host));
         let _ = writeln!(
             table,
-            "    Dispatch {{ name: {name:?}, plan: &crate::kernels::{name}::PLAN, cuda: cuda_{name}, host: host_{name} }},"
+            "    Dispatch {{ name: {name:?}, plan: &crate::kernels::{name}::PLAN, fatbin: \
+             crate::kernels::{name}::FATBIN.as_ref(), cuda: cuda_{name}, host: host_{name} }},"
         );
     }
     table.push_str("];\n\n");

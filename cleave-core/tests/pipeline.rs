@@ -379,8 +379,8 @@ fn a_grid_resident_at_once_reads_its_shared_tiles_from_dram_once() {
     // MLA decode unsplit on an H200, 16 heads a block: 128 blocks, eight per request, each
     // streaming its request's whole latent cache. The grid is resident at once, so the eight
     // read each tile side by side and L2 serves seven of them, however large the cache: the
-    // estimate does not depend on the L2's size. Over two waves the readers of a tile are apart
-    // in time, and then only a tensor L2 holds is read once.
+    // estimate does not depend on the L2's size. Over two waves too, as long as the eight are
+    // launched one after another; a wave apart, only a tensor L2 holds is read once.
     let opts = Options { archs: vec![SM90], ..Options::default() };
     let c = compile(&common::shipped("mla_decode"), &opts).expect("compiles");
     let r = c
@@ -409,8 +409,53 @@ fn a_grid_resident_at_once_reads_its_shared_tiles_from_dram_once() {
     let half = cleave_core::arch::Arch { sms: SM90.sms / 2, ..fast };
     let two = at(&half);
     assert_eq!(two.waves, 2, "{two:?}");
-    let large_l2 = at(&cleave_core::arch::Arch { l2_bytes: 1 << 32, ..half });
-    assert!(large_l2.seconds < two.seconds, "{large_l2:?} {two:?}");
+    assert_eq!(two.seconds, at(&cleave_core::arch::Arch { l2_bytes: 1 << 20, ..half }).seconds);
+    // The grid in the other order: the readers of a tile are a wave apart.
+    let mut reversed = k.clone();
+    reversed.grid.reverse();
+    let apart = |arch: &cleave_core::arch::Arch| kernel_cost(&reversed, l.dims(), regs, arch);
+    assert!(two.seconds < apart(&half).seconds, "{two:?} {:?}", apart(&half));
+    let large_l2 = apart(&cleave_core::arch::Arch { l2_bytes: 1 << 32, ..half });
+    assert!(large_l2.seconds < apart(&half).seconds, "{large_l2:?} {:?}", apart(&half));
+}
+
+#[test]
+fn blocks_that_read_the_same_weights_are_launched_one_after_another() {
+    // SwiGLU decode planned for 16 rows and run at 64: four row blocks read each column block
+    // of the weights, 235 MB of them, far more than L2 holds. Launched next to one another
+    // (the row axis fastest), the four stream each weight tile together and fetch it once; in
+    // the lowering's order (the row axis slowest) every pass over the columns fetches all the
+    // weights again.
+    let opts = Options { archs: vec![SM90], ..Options::default() };
+    let c = compile(&common::shipped("swiglu_decode"), &opts).expect("compiles");
+    let l = c.best();
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    let regs = l.registers[0];
+    let b = l.dims().find("b").expect("dim b");
+    assert_eq!(grid_names(k, &c).last().map(String::as_str), Some("b"), "{:?}", grid_names(k, &c));
+    let mut slowest = k.clone();
+    slowest.grid.sort_by_key(|a| a.dim != b);
+    assert_eq!(slowest.grid[0].dim, b);
+    let at = |k: &TileKernel, rows: u64, arch: &cleave_core::arch::Arch| {
+        let mut dims = l.dims().clone();
+        dims.get_mut(b).value = rows;
+        kernel_cost(k, &dims, regs, arch)
+    };
+    // At the planned extent there is one row block, and the order changes nothing.
+    assert_eq!(at(k, 16, &SM90).seconds, at(&slowest, 16, &SM90).seconds);
+    let (together, apart) = (at(k, 64, &SM90), at(&slowest, 64, &SM90));
+    assert_eq!(together.gmem_bytes, apart.gmem_bytes, "the same tiles are read");
+    assert!(together.seconds < apart.seconds, "{together:?} {apart:?}");
+    // On an H200 what each SM streams (from DRAM or L2) bounds too. On a GPU whose DRAM is
+    // slow next to its SMs, fetching the weights once is four times as fast.
+    let slow_dram = cleave_core::arch::Arch {
+        sm_dram_bandwidth: 4.0 * SM90.sm_dram_bandwidth,
+        dram_bandwidth: SM90.dram_bandwidth / 4.0,
+        ..SM90
+    };
+    let (together, apart) = (at(k, 64, &slow_dram), at(&slowest, 64, &slow_dram));
+    assert_eq!((together.bound, apart.bound), (Bound::Dram, Bound::Dram));
+    assert!(3.5 * together.seconds < apart.seconds, "{together:?} {apart:?}");
 }
 
 #[test]

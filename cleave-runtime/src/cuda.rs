@@ -22,7 +22,7 @@ use cudarc::nvrtc::Ptx;
 use crate::element::Element;
 use crate::layout::Layouts;
 use crate::plan::{
-    self, Extents, KernelLaunch, LaunchPlan, Param, Role, Variant, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS,
+    self, Device, Extents, KernelLaunch, LaunchPlan, Param, Role, Variant, WorkspaceLayout, MAX_PARAMS, MAX_TENSORS,
 };
 use crate::Error;
 
@@ -117,13 +117,38 @@ pub unsafe fn execute(
 ) -> Result<(), Error> {
     require_driver()?;
     let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
+    // The plan and the call are checked before the module is touched, so that a malformed
+    // plan built at run time fails with its reason, not inside the driver's loader.
+    plan::check_call(plan, extents, inputs.len(), outputs.len())?;
+    for launch in plan.launches {
+        launch.grid_dims(plan.kernel, extents)?;
+    }
+    let functions = load_functions(stream, fatbin, plan)?;
+    // SAFETY: as for this function; the functions were loaded for `plan` from `fatbin`.
+    unsafe { execute_loaded(stream, plan, &functions.functions, extents, layouts, inputs, outputs) }
+}
+
+/// [`execute`] with the plan's functions already loaded: checks every grid, allocates the
+/// workspaces on the stream and queues the launches.
+///
+/// # Safety
+///
+/// As for [`execute`], with `functions` loaded for `plan`, one per launch.
+unsafe fn execute_loaded(
+    stream: &Arc<CudaStream>,
+    plan: &LaunchPlan,
+    functions: &[Arc<CudaFunction>],
+    extents: &[u64],
+    layouts: &Layouts,
+    inputs: &[DevPtr],
+    outputs: &[DevPtr],
+) -> Result<(), Error> {
     plan::check_call(plan, extents, inputs.len(), outputs.len())?;
     let kernel = plan.kernel;
     // Every grid is checked before anything is allocated or queued.
     for launch in plan.launches {
         launch.grid_dims(kernel, extents)?;
     }
-    let functions = load_functions(stream, fatbin, plan)?;
     let layout = WorkspaceLayout::new(plan, extents)?;
     let workspace = alloc_workspace(stream, kernel, layout.total)?;
     // The workspace is used only by this call, on this stream, so no event bookkeeping is
@@ -131,7 +156,7 @@ pub unsafe fn execute(
     let base = workspace.as_ref().map_or(0, |slice| slice.device_ptr(stream).0);
     // SAFETY: the caller vouches for the tensors and the fatbin; the workspace is a live
     // allocation of `layout.total` bytes that outlives the queued launches.
-    unsafe { launch_all(stream, plan, &functions, extents, layouts, inputs, outputs, (base, layout.total)) }
+    unsafe { launch_all(stream, plan, functions, extents, layouts, inputs, outputs, (base, layout.total)) }
 }
 
 /// Queues every launch of `plan` on `stream` with the functions loaded for it (one per launch),
@@ -274,6 +299,9 @@ pub struct Loaded {
     ctx: Arc<CudaContext>,
     /// The function of each launch of the plan, in order.
     functions: Vec<Arc<CudaFunction>>,
+    /// How many blocks of each launch one SM of the device holds at once, as the driver
+    /// reports it (0: unknown), for the split counts.
+    resident: Vec<u32>,
 }
 
 impl Loaded {
@@ -293,8 +321,8 @@ impl Loaded {
         require_driver()?;
         let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
         plan.validate()?;
-        let functions = load_in(ctx, fatbin, plan)?;
-        Ok(Loaded { plan, ctx: Arc::clone(ctx), functions })
+        let Functions { functions, resident } = load_in(ctx, fatbin, plan)?;
+        Ok(Loaded { plan, ctx: Arc::clone(ctx), functions, resident })
     }
 
     /// The plan this was loaded for.
@@ -337,6 +365,9 @@ impl Loaded {
             }
             None => (0, 0, None),
         };
+        // The split counts, for the blocks per SM the driver reported when the functions were
+        // loaded; a split count sizes no tensor, so the arguments' checks still hold.
+        let extents = args.settled(&self.resident);
         // SAFETY: every address in `args` comes from a buffer borrowed for the builder's
         // lifetime in this context, checked against the declaration; outputs come from `&mut`
         // borrows; the workspace is borrowed mutably for this call and its guard is dropped
@@ -347,7 +378,7 @@ impl Loaded {
                 args.stream,
                 self.plan,
                 &self.functions,
-                &args.extents,
+                &extents,
                 &args.layouts,
                 &args.inputs[..args.n_inputs],
                 &args.outputs[..args.n_outputs],
@@ -365,6 +396,29 @@ impl Loaded {
 pub fn workspace_bytes(plan: &LaunchPlan, dynamic: &[usize]) -> Result<u64, Error> {
     let extents = Extents::new(plan, dynamic)?.with_largest_splits(plan);
     Ok(WorkspaceLayout::new(plan, &extents)?.total)
+}
+
+/// The extents a launch of `plan` with these dynamic extents runs with on `stream`'s device,
+/// split counts included: chosen for the device's SMs and for how many blocks of the split
+/// kernel one of them holds, as the driver reports it for the function in `fatbin` (loaded
+/// through the module cache). A benchmark reports the split count a launch chose with it.
+pub fn launch_extents(
+    stream: &Arc<CudaStream>,
+    fatbin: Option<&Fatbin>,
+    plan: &'static LaunchPlan,
+    dynamic: &[usize],
+) -> Result<Extents, Error> {
+    require_driver()?;
+    let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
+    let sms = if plan.dims.iter().any(|d| d.derive.is_some()) {
+        Some(device_sms(stream.context(), plan.kernel)?)
+    } else {
+        None
+    };
+    // The extents (and the plan) are checked before the module is loaded.
+    let extents = Extents::on(plan, dynamic, sms)?;
+    let functions = load_functions(stream, fatbin, plan)?;
+    Ok(extents.rederived(plan, Device { sms, resident: &functions.resident }))
 }
 
 /// The workspace bytes that whichever of `variants` a device picks needs for these dynamic
@@ -483,6 +537,14 @@ struct LoadedFunction {
     function: Arc<CudaFunction>,
     /// The dynamic shared memory the function is currently allowed to use.
     smem_limit: u32,
+    /// The blocks of `(threads, dynamic shared memory)` one SM holds at once, once asked.
+    resident: Option<((u32, u32), u32)>,
+}
+
+/// The functions of a plan's launches, in order, and how many blocks of each one SM holds.
+struct Functions {
+    functions: Vec<Arc<CudaFunction>>,
+    resident: Vec<u32>,
 }
 
 /// (context handle, fatbin address, fatbin length).
@@ -492,12 +554,12 @@ static MODULES: LazyLock<Mutex<HashMap<ModuleKey, LoadedModule>>> = LazyLock::ne
 
 /// The functions for every launch of `plan`, loading the module and functions on first use and
 /// raising each function's dynamic shared memory limit as far as the plan needs.
-fn load_functions(stream: &CudaStream, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Vec<Arc<CudaFunction>>, Error> {
+fn load_functions(stream: &CudaStream, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Functions, Error> {
     load_in(stream.context(), fatbin, plan)
 }
 
 /// The functions for every launch of `plan` in `ctx`, through the module cache.
-fn load_in(ctx: &Arc<CudaContext>, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Vec<Arc<CudaFunction>>, Error> {
+fn load_in(ctx: &Arc<CudaContext>, fatbin: &Fatbin, plan: &LaunchPlan) -> Result<Functions, Error> {
     let kernel = plan.kernel;
     // Function lookups and attribute changes act on the current context.
     ctx.bind_to_thread().map_err(|e| Error::Launch { kernel, message: describe("binding the CUDA context", e) })?;
@@ -509,7 +571,13 @@ fn load_in(ctx: &Arc<CudaContext>, fatbin: &Fatbin, plan: &LaunchPlan) -> Result
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => e.insert(load_module(ctx, fatbin, kernel)?),
     };
-    plan.launches.iter().map(|launch| loaded.function(launch, kernel)).collect()
+    let mut out = Functions { functions: Vec::new(), resident: Vec::new() };
+    for launch in plan.launches {
+        let (function, resident) = loaded.function(launch, kernel)?;
+        out.functions.push(function);
+        out.resident.push(resident);
+    }
+    Ok(out)
 }
 
 fn load_module(ctx: &Arc<CudaContext>, fatbin: &Fatbin, kernel: &'static str) -> Result<LoadedModule, Error> {
@@ -531,7 +599,9 @@ fn load_module(ctx: &Arc<CudaContext>, fatbin: &Fatbin, kernel: &'static str) ->
 }
 
 impl LoadedModule {
-    fn function(&mut self, launch: &KernelLaunch, kernel: &'static str) -> Result<Arc<CudaFunction>, Error> {
+    /// The function of `launch`, with its dynamic shared memory limit raised as far as the
+    /// launch needs, and how many of its blocks one SM holds (0 when the driver cannot say).
+    fn function(&mut self, launch: &KernelLaunch, kernel: &'static str) -> Result<(Arc<CudaFunction>, u32), Error> {
         let symbol = launch.symbol;
         let loaded = match self.functions.entry(symbol) {
             Entry::Occupied(e) => e.into_mut(),
@@ -540,7 +610,11 @@ impl LoadedModule {
                     kernel,
                     message: describe(&format!("finding `{symbol}` in the fatbin"), err),
                 })?;
-                e.insert(LoadedFunction { function: Arc::new(function), smem_limit: DEFAULT_DYNAMIC_SMEM })
+                e.insert(LoadedFunction {
+                    function: Arc::new(function),
+                    smem_limit: DEFAULT_DYNAMIC_SMEM,
+                    resident: None,
+                })
             }
         };
         check_smem(launch, kernel, self.smem_optin, self.have)?;
@@ -554,7 +628,26 @@ impl LoadedModule {
                 .map_err(|e| Error::Launch { kernel, message: describe(&step, e) })?;
             loaded.smem_limit = launch.smem_bytes;
         }
-        Ok(Arc::clone(&loaded.function))
+        // The driver's count follows from the compiled kernel's registers and shared memory,
+        // which the plan only estimates. A failed query is not a failed launch: the split
+        // counts then keep the plan's estimate.
+        let key = (launch.threads, launch.smem_bytes);
+        let resident = match loaded.resident {
+            Some((k, r)) if k == key => r,
+            _ => {
+                let r = loaded
+                    .function
+                    .occupancy_max_active_blocks_per_multiprocessor(
+                        launch.threads,
+                        usize::try_from(launch.smem_bytes).unwrap_or(usize::MAX),
+                        None,
+                    )
+                    .unwrap_or(0);
+                loaded.resident = Some((key, r));
+                r
+            }
+        };
+        Ok((Arc::clone(&loaded.function), resident))
     }
 }
 
@@ -586,7 +679,13 @@ fn describe(step: &str, err: DriverError) -> String {
 pub struct Args<'a> {
     plan: &'a LaunchPlan,
     stream: &'a Arc<CudaStream>,
+    /// The extents, with split counts for the stream's device as the plan estimates it;
+    /// [`Args::settled`] chooses them again once the device's own residency is known.
     extents: Extents,
+    /// The SMs of the stream's device, when the plan derives a split count.
+    sms: Option<u32>,
+    /// Whether [`Args::split_count`] fixed the split counts.
+    pinned: bool,
     layouts: Layouts,
     inputs: [DevPtr; MAX_TENSORS],
     n_inputs: usize,
@@ -624,6 +723,8 @@ impl<'a> Args<'a> {
         Ok(Self {
             plan,
             stream,
+            sms,
+            pinned: false,
             layouts: Layouts::contiguous(plan, &extents)?,
             extents,
             inputs: [0; MAX_TENSORS],
@@ -634,7 +735,10 @@ impl<'a> Args<'a> {
         })
     }
 
-    /// The full extent vector, one entry per dim.
+    /// The full extent vector, one entry per dim. A split count the launcher derives is
+    /// chosen here for the device's SMs and the plan's estimate of how many blocks an SM
+    /// holds; the launch chooses it again with the driver's count ([`launch_extents`] gives
+    /// the extents a launch runs with), unless it was pinned.
     pub fn extents(&self) -> &[u64] {
         &self.extents
     }
@@ -643,7 +747,19 @@ impl<'a> Args<'a> {
     /// ([`plan::pin_split_count`]): the same partial sums, so the same bits, on every GPU.
     pub fn split_count(&mut self, count: u64) -> Result<&mut Self, Error> {
         self.extents = self.extents.with_split_count(self.plan, count)?;
+        self.pinned = true;
         Ok(self)
+    }
+
+    /// The extents the launch runs with, given how many blocks of each launch one SM holds
+    /// (`resident`, from the loaded functions): the split counts chosen again for that,
+    /// unless pinned.
+    fn settled(&self, resident: &[u32]) -> Extents {
+        if self.pinned {
+            self.extents
+        } else {
+            self.extents.rederived(self.plan, Device { sms: self.sms, resident })
+        }
     }
 
     /// Adds the next declared input, dense and row-major: a `CudaSlice`, `CudaView` or
@@ -762,16 +878,20 @@ impl<'a> Args<'a> {
     /// the fatbin built from the same generated source as the plan.
     pub unsafe fn launch(self, fatbin: Option<&Fatbin>) -> Result<(), Error> {
         plan::check_complete(self.plan, self.n_inputs, self.n_outputs)?;
+        let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: self.plan.kernel })?;
+        let functions = load_functions(self.stream, fatbin, self.plan)?;
+        let extents = self.settled(&functions.resident);
         // SAFETY: every address comes from a buffer borrowed for 'a in the stream's context,
-        // whose dtype and length were checked against the declaration for these extents, and
-        // outputs come from `&mut` borrows, so they overlap nothing else; the caller vouches
-        // for the fatbin. `self.guards` is dropped after this call returns.
+        // whose dtype and length were checked against the declaration for these extents (a
+        // split count changes no tensor's), and outputs come from `&mut` borrows, so they
+        // overlap nothing else; the caller vouches for the fatbin, from which the functions
+        // were loaded. `self.guards` is dropped after this call returns.
         unsafe {
-            execute(
+            execute_loaded(
                 self.stream,
-                fatbin,
                 self.plan,
-                &self.extents,
+                &functions.functions,
+                &extents,
                 &self.layouts,
                 &self.inputs[..self.n_inputs],
                 &self.outputs[..self.n_outputs],
@@ -933,6 +1053,65 @@ mod tests {
         // Remembering allocates nothing.
         let (r, allocations) = allocations_during(|| remembered_sms(&table, 1, || query(1)));
         assert_eq!((r.unwrap(), allocations), (132, 0));
+    }
+
+    /// A paged decode's plan in miniature: an indptr, a page table, the last pages' lengths
+    /// and a split count over the requests' pages.
+    static PAGED: LaunchPlan = LaunchPlan {
+        kernel: "paged",
+        dims: &[
+            DimSpec { name: "b", value: 4, dynamic: true, derive: None },
+            DimSpec { name: "pages", value: 64, dynamic: true, derive: None },
+            DimSpec { name: "entries", value: 64, dynamic: true, derive: None },
+            DimSpec { name: "b1", value: 5, dynamic: true, derive: None },
+            DimSpec {
+                name: "s",
+                value: 1,
+                dynamic: false,
+                derive: Some(plan::Derive::SplitCount {
+                    blocks: Product(&[Factor::Dim(0), Factor::Const(8)]),
+                    streams: Product(&[Factor::Dim(0), Factor::Const(8)]),
+                    entries: Product(&[Factor::Dim(2), Factor::Const(64)]),
+                    batch: Some(0),
+                    sms: 132,
+                    resident: 2,
+                    fill: 102,
+                    launch: Some(0),
+                }),
+            },
+        ],
+        inputs: &[
+            TensorSpec { name: "indptr", dtype: DType::I32, shape: &[Axis::Dim(3)] },
+            TensorSpec { name: "indices", dtype: DType::I32, shape: &[Axis::Dim(2)] },
+            TensorSpec { name: "last", dtype: DType::I32, shape: &[Axis::Dim(0)] },
+        ],
+        outputs: &[],
+        workspaces: &[],
+        launches: &[KernelLaunch {
+            symbol: "paged_0",
+            grid: [Product(&[Factor::Dim(4)]), Product(&[Factor::Dim(0), Factor::Const(8)]), Product(&[])],
+            threads: 128,
+            smem_bytes: 0,
+            params: &[Param::Input(0), Param::Input(1), Param::Input(2)],
+        }],
+        tables: &[
+            plan::Table::Indptr { input: 0, batch: 0, bound: Some(2) },
+            plan::Table::Pages { input: 1, indptr: 0, batch: 0, pages: &[1] },
+            plan::Table::LastPage { input: 2, indptr: 0, batch: 0, page_size: 64 },
+        ],
+    };
+
+    #[test]
+    fn validating_a_paged_plan_and_settling_its_split_count_allocate_nothing() {
+        // Every launch validates its plan and, unless pinned, chooses its split count again
+        // for the blocks per SM the driver reported: both on the hot path.
+        let extents = Extents::on(&PAGED, &[4, 64, 64, 5], Some(132)).unwrap();
+        let ((valid, settled), allocations) = allocations_during(|| {
+            (PAGED.validate(), extents.rederived(&PAGED, Device { sms: Some(132), resident: &[1] }))
+        });
+        valid.unwrap();
+        assert_eq!(allocations, 0, "validating or settling allocated");
+        assert!(settled[4] >= 1);
     }
 
     #[test]

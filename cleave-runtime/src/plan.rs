@@ -184,10 +184,15 @@ pub enum Derive {
         batch: Option<u16>,
         /// The SMs of the GPU the plan was made for, over which the count spreads the grid.
         sms: u32,
-        /// Blocks of the split kernel one SM of that GPU holds at once.
+        /// Blocks of the split kernel one SM of that GPU holds at once, as the compiler
+        /// estimates it; a launch on a device uses the device's own count when it has one
+        /// ([`Device::resident`]).
         resident: u32,
         /// How many blocks streaming at once saturate that GPU's DRAM: [`SplitShape::fill`].
         fill: u32,
+        /// The launch of the split kernel (`None`: no launch's grid has the split), whose
+        /// residency on the device replaces `resident`.
+        launch: Option<u16>,
     },
 }
 
@@ -260,26 +265,42 @@ fn per_request(values: &[u64], entries: Product, batch: Option<u16>) -> u64 {
     e / n
 }
 
-/// Fills in the derived extents of `values` (one per dim, the others already set), for the
-/// SM count the plan was made for.
-pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
-    derive_extents_on(plan, values, None);
+/// What a launcher knows of the device a launch runs on, for the split counts it derives.
+/// Empty (the default): the GPU the plan was made for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Device<'a> {
+    /// The device's SMs (a plan made for 132 SMs also runs on GPUs of 114 or 78).
+    pub sms: Option<u32>,
+    /// Per launch of the plan, in order, how many of its blocks one SM of the device holds
+    /// at once, as the driver reports it for the compiled function; 0 (or no entry) where
+    /// unknown, which leaves the plan's estimate. The compiler can only estimate a kernel's
+    /// registers, and a split count made for three blocks per SM where the registers allow
+    /// two leaves a third of the grid waiting for a second round.
+    pub resident: &'a [u32],
 }
 
-/// [`derive_extents`] for a device of `sms` SMs when given (a launch knows the device it runs
-/// on; a plan made for 132 SMs also runs on GPUs of 114 or 78), else for the plan's.
-pub fn derive_extents_on(plan: &LaunchPlan, values: &mut [u64], sms: Option<u32>) {
+/// Fills in the derived extents of `values` (one per dim, the others already set), for the
+/// GPU the plan was made for.
+pub fn derive_extents(plan: &LaunchPlan, values: &mut [u64]) {
+    derive_extents_on(plan, values, Device::default());
+}
+
+/// [`derive_extents`] for `device`: what it tells of the GPU a launch runs on replaces the
+/// plan's figures.
+pub fn derive_extents_on(plan: &LaunchPlan, values: &mut [u64], device: Device<'_>) {
     for (i, dim) in plan.dims.iter().enumerate() {
-        let Some(Derive::SplitCount { blocks, streams, entries, batch, sms: planned, resident, fill }) = dim.derive
+        let Some(Derive::SplitCount { blocks, streams, entries, batch, sms: planned, resident, fill, launch }) =
+            dim.derive
         else {
             continue;
         };
+        let measured = launch.and_then(|l| device.resident.get(usize::from(l)).copied()).filter(|&r| r > 0);
         let shape = SplitShape {
             blocks: blocks.eval(values).unwrap_or(1),
             streams: streams.eval(values).unwrap_or(1),
             per_request: per_request(values, entries, batch),
-            sms: u64::from(sms.unwrap_or(planned)),
-            resident: u64::from(resident),
+            sms: u64::from(device.sms.unwrap_or(planned)),
+            resident: u64::from(measured.unwrap_or(resident)),
             fill: u64::from(fill),
         };
         if let Some(slot) = values.get_mut(i) {
@@ -595,6 +616,17 @@ impl LaunchPlan {
                     self.dims.len()
                 ));
             }
+            // A launch chooses its split counts again once the device is known, after the
+            // tensors were checked against the extents: no tensor may depend on one.
+            if let Some(d) =
+                tensor.shape.iter().flat_map(|a| a.dims()).find(|d| self.dims[usize::from(**d)].derive.is_some())
+            {
+                return fail(format!(
+                    "tensor `{}` is sized by `{}`, a split count the launcher derives",
+                    tensor.name,
+                    self.dims[usize::from(*d)].name
+                ));
+            }
         }
         let product_ok = |p: &Product| {
             p.0.iter().all(|f| match *f {
@@ -663,9 +695,22 @@ impl LaunchPlan {
                 }
             }
         }
+        for dim in self.dims {
+            if let Some(Derive::SplitCount { launch: Some(l), .. }) = dim.derive {
+                if usize::from(l) >= self.launches.len() {
+                    return fail(format!(
+                        "the split count `{}` names launch {l}, but the plan has {}",
+                        dim.name,
+                        self.launches.len()
+                    ));
+                }
+            }
+        }
         for table in self.tables {
-            let (input, dims): (u16, Vec<u16>) = match *table {
-                Table::Indptr { input, batch, bound } => (input, std::iter::once(batch).chain(bound).collect()),
+            // The dims are chained, not collected: a launch validates its plan on the hot
+            // path, which allocates nothing.
+            let (input, batch, bound, pages): (u16, u16, Option<u16>, &[u16]) = match *table {
+                Table::Indptr { input, batch, bound } => (input, batch, bound, &[]),
                 Table::Pages { input, indptr, batch, pages } => {
                     if usize::from(indptr) >= self.inputs.len() {
                         return fail(format!(
@@ -673,20 +718,20 @@ impl LaunchPlan {
                             self.inputs.len()
                         ));
                     }
-                    (input, std::iter::once(batch).chain(pages.iter().copied()).collect())
+                    (input, batch, None, pages)
                 }
                 Table::LastPage { input, indptr, batch, .. } => {
                     if usize::from(indptr) >= self.inputs.len() {
                         return fail(format!("a table names input {indptr}, but the plan has {}", self.inputs.len()));
                     }
-                    (input, vec![batch])
+                    (input, batch, None, &[])
                 }
             };
             match self.inputs.get(usize::from(input)) {
                 Some(spec) if spec.dtype == DType::I32 && spec.shape.len() == 1 => {}
                 _ => return fail(format!("table input {input} is not a one-axis i32 input")),
             }
-            if let Some(d) = dims.iter().find(|d| !dim_ok(**d)) {
+            if let Some(d) = std::iter::once(batch).chain(bound).chain(pages.iter().copied()).find(|d| !dim_ok(*d)) {
                 return fail(format!("a table refers to dim {d}, but the plan has {}", self.dims.len()));
             }
         }
@@ -722,9 +767,14 @@ impl Extents {
         Self::on(plan, dynamic, None)
     }
 
-    /// [`Extents::new`] with the split counts chosen for a device of `sms` SMs when given (see
-    /// [`derive_extents_on`]).
+    /// [`Extents::new`] with the split counts chosen for a device of `sms` SMs when given and
+    /// the plan's estimate of the blocks an SM holds (see [`derive_extents_on`]).
     pub fn on(plan: &LaunchPlan, dynamic: &[usize], sms: Option<u32>) -> Result<Self, Error> {
+        Self::for_device(plan, dynamic, Device { sms, resident: &[] })
+    }
+
+    /// [`Extents::new`] with the split counts chosen for `device` ([`derive_extents_on`]).
+    pub fn for_device(plan: &LaunchPlan, dynamic: &[usize], device: Device<'_>) -> Result<Self, Error> {
         plan.validate()?;
         let expected = plan.dynamic_dims().count();
         if dynamic.len() != expected {
@@ -753,7 +803,7 @@ impl Extents {
             *slot = value;
         }
         let len = out.len;
-        derive_extents_on(plan, &mut out.values[..len], sms);
+        derive_extents_on(plan, &mut out.values[..len], device);
         for tensor in plan.inputs.iter().chain(plan.outputs) {
             tensor.elements(plan, &out)?;
         }
@@ -776,6 +826,13 @@ impl Extents {
 }
 
 impl Extents {
+    /// These extents with their split counts chosen again for `device`, from the extents they
+    /// were derived from (which stay as they are).
+    pub fn rederived(mut self, plan: &LaunchPlan, device: Device<'_>) -> Self {
+        derive_extents_on(plan, &mut self.values[..self.len], device);
+        self
+    }
+
     /// These extents with every split count pinned to `count` ([`pin_split_count`]).
     pub fn with_split_count(mut self, plan: &LaunchPlan, count: u64) -> Result<Self, Error> {
         pin_split_count(plan, &mut self.values[..self.len], count)?;

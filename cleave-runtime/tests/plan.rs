@@ -209,13 +209,20 @@ static SPLIT: LaunchPlan = LaunchPlan {
                 sms: 132,
                 resident: 2,
                 fill: 102,
+                launch: Some(0),
             }),
         },
     ],
     inputs: &[],
     outputs: &[],
     workspaces: &[WorkspaceSpec { elem_bytes: 4, len: Product(&[Factor::Dim(2), Factor::Dim(0), Factor::Const(8)]) }],
-    launches: &[],
+    launches: &[KernelLaunch {
+        symbol: "split_0",
+        grid: [Product(&[Factor::Dim(2)]), Product(&[Factor::Dim(0), Factor::Const(8)]), Product(&[])],
+        threads: 128,
+        smem_bytes: 67_840,
+        params: &[Param::Workspace(0), Param::Extent(2)],
+    }],
     tables: &[],
 };
 
@@ -279,6 +286,55 @@ fn a_launch_splits_for_the_sms_of_its_device() {
             "{sms} SMs"
         );
     }
+}
+
+#[test]
+fn a_launch_splits_for_the_blocks_its_device_holds_per_sm() {
+    // The plan's estimate says an SM holds two blocks of the split kernel; the driver, which
+    // knows the compiled kernel's registers, may say otherwise, and its count is the one used.
+    use cleave_runtime::plan::{derive_extents_on, Device, Extents};
+    let with =
+        |d: &[usize], resident: &[u32]| Extents::for_device(&SPLIT, d, Device { sms: Some(132), resident }).unwrap()[2];
+    // 16 requests of 4096 over 8 blocks each (128 blocks, blocks of distinct keys): one part
+    // whatever the residency, as DRAM is the bound.
+    for r in [0, 1, 2, 3, 8] {
+        assert_eq!(with(&[16, 16 * 4096], &[r]), 1, "resident {r}");
+    }
+    // 6 requests over 8 blocks: 48 blocks, where the count the rule picks depends on how many
+    // blocks an SM holds. The driver's count decides; 0 or no entry leaves the plan's.
+    let d = [6, 6 * 4096];
+    assert_eq!(with(&d, &[]), with(&d, &[2]));
+    assert_eq!(with(&d, &[0]), with(&d, &[2]));
+    let (one, two) = (with(&d, &[1]), with(&d, &[2]));
+    let shape = |resident| cleave_runtime::SplitShape {
+        blocks: 48,
+        streams: 48,
+        per_request: 4096,
+        sms: 132,
+        resident,
+        fill: 102,
+    };
+    assert_eq!((one, two), (cleave_runtime::split_count(shape(1)), cleave_runtime::split_count(shape(2))));
+    assert_ne!(one, two, "the residency must matter at these extents for the test to mean anything");
+    // Re-deriving extents for a device changes only the split count, and pinned extents are
+    // not re-derived by anyone but `derive_extents_on` itself.
+    let planned = Extents::on(&SPLIT, &d, Some(132)).unwrap();
+    let device = planned.rederived(&SPLIT, Device { sms: Some(132), resident: &[1] });
+    assert_eq!((device[0], device[1], device[2]), (planned[0], planned[1], one));
+    let mut values = planned.to_vec();
+    derive_extents_on(&SPLIT, &mut values, Device { sms: Some(132), resident: &[1] });
+    assert_eq!(values, device.to_vec());
+    // A plan whose split count names a launch it does not have is refused with the names.
+    let missing = LaunchPlan { launches: &[], ..SPLIT };
+    let err = Extents::new(&missing, &[2, 8192]).unwrap_err().to_string();
+    assert!(err.contains("`s` names launch 0, but the plan has 0"), "{err}");
+    // Nor may a tensor be sized by a split count: the launch re-derives it after the checks.
+    let sized = LaunchPlan {
+        outputs: &[TensorSpec { name: "partials", dtype: DType::F32, shape: &[Axis::Dim(2), Axis::Dim(0)] }],
+        ..SPLIT
+    };
+    let err = Extents::new(&sized, &[2, 8192]).unwrap_err().to_string();
+    assert!(err.contains("tensor `partials` is sized by `s`, a split count the launcher derives"), "{err}");
 }
 
 #[test]

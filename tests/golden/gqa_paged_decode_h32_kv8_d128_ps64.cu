@@ -163,7 +163,7 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_kv_len/1), i1 < ceil(batch_size/1), i2 < ceil(kv_heads/1):  # 128 threads, 16 rows, 136448 B smem
+//   parfor i1 < ceil(batch_size/1), i2 < ceil(kv_heads/1), i0 < ceil(s_kv_len/1):  # 128 threads, 16 rows, 136448 B smem
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
@@ -239,9 +239,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
+  const long long i0 = bid % cleave_ceil_div(e_s_kv_len, 1LL); bid /= cleave_ceil_div(e_s_kv_len, 1LL);
   const long long i2 = bid % cleave_ceil_div(8LL, 1LL); bid /= cleave_ceil_div(8LL, 1LL);
   const long long i1 = bid % cleave_ceil_div(e_batch_size, 1LL); bid /= cleave_ceil_div(e_batch_size, 1LL);
-  const long long i0 = bid % cleave_ceil_div(e_s_kv_len, 1LL); bid /= cleave_ceil_div(e_s_kv_len, 1LL);
   (void)bid;
   // `kv_len` of request i1: pages at entries [rs_kv_len, rs_kv_len + np_kv_len) of the page table
   const long long rs_kv_len = cleave_req_start(p6, i1, e_num_kv_indices);

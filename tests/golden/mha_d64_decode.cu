@@ -163,7 +163,7 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s_l/1), i1 < ceil(h/1), i2 < ceil(b/16):  # 128 threads, 16 rows, 67840 B smem, 4 warps split the loop
+//   parfor i1 < ceil(h/1), i0 < ceil(s_l/1), i2 < ceil(b/16):  # 128 threads, 16 rows, 67840 B smem, 4 warps split the loop
 //     t10 = 0.0
 //     t11 = 0.0
 //     t9_m = -inf
@@ -226,8 +226,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
   const long long i2 = bid % cleave_ceil_div(e_b, 16LL); bid /= cleave_ceil_div(e_b, 16LL);
-  const long long i1 = bid % cleave_ceil_div(32LL, 1LL); bid /= cleave_ceil_div(32LL, 1LL);
   const long long i0 = bid % cleave_ceil_div(e_s_l, 1LL); bid /= cleave_ceil_div(e_s_l, 1LL);
+  const long long i1 = bid % cleave_ceil_div(32LL, 1LL); bid /= cleave_ceil_div(32LL, 1LL);
   (void)bid;
   float cross[1][2];
   float b0[1][2];  // t10: one per row

@@ -163,7 +163,7 @@ __device__ __forceinline__ float cleave_gelu(float x) { return 0.5f * x * (1.0f 
 #endif
 
 // Tile program:
-//   parfor i0 < ceil(s/128), i1 < ceil(n/256):  # 256 threads, 128 rows, 67584 B smem
+//   parfor i1 < ceil(n/256), i0 < ceil(s/128):  # 256 threads, 128 rows, 67584 B smem
 //     t4 = 0.0
 //     t5 = 0.0
 //     for j0 in range(0, k, 32):
@@ -196,8 +196,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cleave_rmsnorm_matmul_prefi
   const int g = lane >> 2, t = lane & 3;
   (void)wm; (void)wn; (void)g; (void)t;
   long long bid = blockIdx.x;
-  const long long i1 = bid % cleave_ceil_div(6144LL, 256LL); bid /= cleave_ceil_div(6144LL, 256LL);
   const long long i0 = bid % cleave_ceil_div(e_s, 128LL); bid /= cleave_ceil_div(e_s, 128LL);
+  const long long i1 = bid % cleave_ceil_div(6144LL, 256LL); bid /= cleave_ceil_div(6144LL, 256LL);
   (void)bid;
   float cross[4][2];
   float b0[4][8][4];  // t4: 128 x 256

@@ -49,6 +49,8 @@ mod dispatch {
     pub(crate) struct Dispatch {
         pub(crate) name: &'static str,
         pub(crate) plan: &'static LaunchPlan,
+        /// The embedded GPU binary the plan's functions come from.
+        pub(crate) fatbin: Option<&'static cleave::runtime::cuda::Fatbin>,
         pub(crate) cuda: CudaFn,
         pub(crate) host: HostFn,
     }
@@ -554,8 +556,10 @@ fn time_one(
     let plan = k.dispatch.plan;
     let derived = plan.dims.iter().position(|d| d.derive.is_some());
     if let (Some(at), false) = (derived, args.splits.is_empty()) {
-        let sms = gpu.info["multiprocessors"].as_u64().and_then(|n| u32::try_from(n).ok());
-        let chosen = cleave::runtime::plan::Extents::on(plan, &dynamic, sms).map(|e| e[at]).ok();
+        // The count a launch on this device chooses: for its SMs and for how many blocks of
+        // the split kernel the driver says one SM holds.
+        let chosen =
+            cleave::runtime::cuda::launch_extents(&gpu.stream, k.dispatch.fatbin, plan, &dynamic).map(|e| e[at]).ok();
         let mut sweep = Vec::new();
         for &count in &args.splits {
             let record = match (k.dispatch.cuda)(&gpu.stream, &dev_in, &mut dev_out, &dynamic, Some(count)) {

@@ -95,6 +95,8 @@ pub enum DeriveData {
         resident: u32,
         /// [`crate::plan::requests::SplitShape::fill`] of the GPU.
         fill: u32,
+        /// The launch of the split kernel, whose residency a device reports at run time.
+        launch: Option<u16>,
     },
 }
 
@@ -376,8 +378,14 @@ fn split_rule(
     };
     let (mut blocks, mut streams) = (Vec::new(), Vec::new());
     let mut resident = 1;
+    let mut split_launch = None;
     if let Some((i, k)) = launch.kernels.iter().enumerate().find(|(_, k)| k.grid().iter().any(|a| a.dim == v)) {
         resident = launch.resident.get(i).copied().unwrap_or(1);
+        // Every kernel is one launch of the plan, in the same order. A stage kernel keeps the
+        // one block per SM the compiler ranked it with (`plan::launch::on_gpu`).
+        if matches!(k, Kernel::Tile(_)) {
+            split_launch = u16::try_from(i).ok();
+        }
         // A stage kernel's axes all count as streaming: it has no tiles to tell apart.
         let axes = match k {
             Kernel::Tile(t) => crate::plan::requests::split_axes(t, v),
@@ -399,14 +407,32 @@ fn split_rule(
     // A dense axis is one request of its whole extent.
     let Some(pr) = dims.get(of).per_request.as_ref() else {
         let entries = vec![factor(of)?];
-        return Ok(DeriveData::SplitCount { blocks, streams, entries, batch: None, sms, resident, fill });
+        return Ok(DeriveData::SplitCount {
+            blocks,
+            streams,
+            entries,
+            batch: None,
+            sms,
+            resident,
+            fill,
+            launch: split_launch,
+        });
     };
     let entries = match &pr.kind {
         PerRequestKind::Ragged { total: Some(t), .. } => vec![factor(*t)?],
         PerRequestKind::Ragged { total: None, .. } => vec![FactorData::Const(dims.get(of).value), factor(pr.batch)?],
         PerRequestKind::Paged { indices, page_size, .. } => vec![factor(indices.len)?, FactorData::Const(*page_size)],
     };
-    Ok(DeriveData::SplitCount { blocks, streams, entries, batch: Some(index(pr.batch)?), sms, resident, fill })
+    Ok(DeriveData::SplitCount {
+        blocks,
+        streams,
+        entries,
+        batch: Some(index(pr.batch)?),
+        sms,
+        resident,
+        fill,
+        launch: split_launch,
+    })
 }
 
 impl PlanData {
@@ -462,16 +488,20 @@ impl PlanData {
             .map(|d| {
                 let derive = match &d.derive {
                     None => "::core::option::Option::None".to_string(),
-                    Some(DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill }) => format!(
-                        "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, streams: {}, entries: {}, batch: {}, sms: {sms}, resident: {resident}, fill: {fill} }})",
-                        factors(blocks),
-                        factors(streams),
-                        factors(entries),
-                        match batch {
+                    Some(DeriveData::SplitCount { blocks, streams, entries, batch, sms, resident, fill, launch }) => {
+                        let option = |v: &Option<u16>| match v {
                             Some(b) => format!("::core::option::Option::Some({b})"),
                             None => "::core::option::Option::None".to_string(),
-                        }
-                    ),
+                        };
+                        format!(
+                            "::core::option::Option::Some({rt}::Derive::SplitCount {{ blocks: {}, streams: {}, entries: {}, batch: {}, sms: {sms}, resident: {resident}, fill: {fill}, launch: {} }})",
+                            factors(blocks),
+                            factors(streams),
+                            factors(entries),
+                            option(batch),
+                            option(launch)
+                        )
+                    }
                 };
                 format!(
                     "{rt}::DimSpec {{ name: {:?}, value: {}, dynamic: {}, derive: {derive} }}",

@@ -373,9 +373,11 @@ fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
     py.line("@T.prim_func");
     py.line(&format!("def {}({}):", k.symbol, params.join(", ")));
     py.depth = 1;
-    let grid: Vec<String> = k.grid.iter().map(|a| format!("T.ceildiv({}, {})", py.dim(a.dim), a.tile)).collect();
+    // `T.Kernel`'s first extent is `blockIdx.x`, which varies fastest: the grid's last axis,
+    // as in the CUDA kernels, so that blocks that read the same tiles run next to one another.
+    let grid: Vec<String> = k.grid.iter().rev().map(|a| format!("T.ceildiv({}, {})", py.dim(a.dim), a.tile)).collect();
     let grid = if grid.is_empty() { vec!["1".to_string()] } else { grid };
-    let bx: Vec<String> = k.grid.iter().map(|a| k.names.name(a.iter)).collect();
+    let bx: Vec<String> = k.grid.iter().rev().map(|a| k.names.name(a.iter)).collect();
     let bx = if bx.is_empty() { vec!["_b".to_string()] } else { bx };
     py.line(&format!(
         "with T.Kernel({}, threads={}) as ({}{}):",

@@ -121,7 +121,7 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     let blocks: u64 = k.grid.iter().map(|a| trips(dims, a.dim, a.tile)).product::<u64>().max(1);
     let threads = u64::from(k.warps.threads());
     let warps = threads.div_ceil(32).max(1);
-    let mut t = Tally::default();
+    let mut t = Tally::new(k, dims);
     walk(k, &k.body, 1, dims, &mut t);
     let Tally { bytes, mma, simt, iterations, turns, smem, copied, .. } = t;
     // The bytes of one block that come from DRAM: a tile that every block along some grid axes
@@ -129,16 +129,23 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     // rest of the traffic), and the other blocks find it there. A grid that is resident at
     // once needs less: its blocks stream their shared tiles side by side, so L2 holds only
     // the distance between the first and the last reader of a tile, whatever the tensor.
+    // So do readers launched one after another (along the fastest grid axes, see
+    // [`order_grid`]) when a group of them fits in one wave, or when the tile a wave's blocks
+    // read (at most two of them) fits in L2 on its own. (A group that straddles two waves
+    // fetches its tile twice, which this ignores; and like the test on `unique`, each load is
+    // held against L2 alone.)
     let blocks_per_sm = resident_blocks(k, registers, arch);
     let sms = u64::from(arch.sms);
     let slots = sms * blocks_per_sm;
     let fetched: f64 = t
         .reads
         .iter()
-        .map(|&(b, shared)| {
+        .map(|&(b, shared, adjacent)| {
             let unique = b * blocks / shared;
             if shared > 1 && (unique <= arch.l2_bytes / 2 || blocks <= slots) {
                 b as f64 / shared as f64
+            } else if adjacent > 1 && (adjacent <= slots || 2 * b <= arch.l2_bytes / 2) {
+                b as f64 / adjacent as f64
             } else {
                 b as f64
             }
@@ -220,6 +227,36 @@ pub fn kernel_cost(k: &TileKernel, dims: &DimTable, registers: u64, arch: &Arch)
     }
 }
 
+/// Orders a kernel's grid axes so that the blocks that read the same tiles are launched one
+/// after another: the axis along which the blocks read the most bytes alike varies fastest
+/// (ties keep the lowering's order). The GPU hands out blocks in launch order, so such
+/// neighbours run together and fetch a shared tile from DRAM once between them. In the
+/// other order a tensor larger than L2 is fetched again by every pass over the slower axis:
+/// a weight matrix once per 16-row block of a batch, a K/V head once per block of queries.
+/// What depends on the order: the kernels' decoding of their block index (CUDA and TileLang)
+/// and the cost model's count of the readers launched together. A kernel with a work list
+/// keeps its order: its batch axis has no place of its own in the launch order (the work
+/// list's slots run over the requests' tiles), so bytes alike along it do not make readers
+/// neighbours.
+pub fn order_grid(k: &mut TileKernel, dims: &DimTable) {
+    if has_work_list(k, dims) {
+        return;
+    }
+    let mut t = Tally::new(k, dims);
+    walk(k, &k.body, 1, dims, &mut t);
+    let mut order: Vec<usize> = (0..k.grid.len()).collect();
+    order.sort_by_key(|&i| t.alike[i]);
+    k.grid = order.iter().map(|&i| k.grid[i]).collect();
+}
+
+/// Whether a grid axis of `k` runs over a ragged dim: a work list of (request, tile) slots
+/// whose batch axis is folded into it (the CUDA generator's `ragged_grid_axis`).
+fn has_work_list(k: &TileKernel, dims: &DimTable) -> bool {
+    k.grid.iter().any(|a| {
+        matches!(&dims.get(a.dim).per_request, Some(p) if matches!(p.kind, crate::graph::PerRequestKind::Ragged { .. }))
+    })
+}
+
 /// The per-block counters [`walk`] adds to.
 #[derive(Default)]
 struct Tally {
@@ -235,9 +272,21 @@ struct Tally {
     smem: u64,
     /// Global bytes copied (loads and stores), for the instruction estimate.
     copied: u64,
-    /// Per load: its bytes, and how many blocks read the same tiles (the blocks along the
-    /// grid axes its tile does not move with).
-    reads: Vec<(u64, u64)>,
+    /// Per load: its bytes, how many blocks read the same tiles (the blocks along the grid
+    /// axes its tile does not move with), and how many of those are launched one after
+    /// another (the blocks along the fastest grid axes its tile does not move with).
+    reads: Vec<(u64, u64, u64)>,
+    /// Per grid axis (in the kernel's order): the bytes of the loads whose tiles do not move
+    /// with it, which the blocks along it read alike.
+    alike: Vec<u64>,
+    /// Whether the kernel's grid has a work list ([`has_work_list`]), asked once per kernel.
+    work_list: bool,
+}
+
+impl Tally {
+    fn new(k: &TileKernel, dims: &DimTable) -> Tally {
+        Tally { alike: vec![0; k.grid.len()], work_list: has_work_list(k, dims), ..Tally::default() }
+    }
 }
 
 fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tally) {
@@ -259,10 +308,21 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
         match s {
             Stmt::Load { param, tmap, .. } => {
                 let p = &k.params[param.0 as usize];
-                t.bytes += times * tmap.elements() * p.dtype.size();
+                let load = times * tmap.elements() * p.dtype.size();
+                t.bytes += load;
                 let shared: u64 =
                     k.grid.iter().filter(|g| !tmap.uses(g.iter)).map(|g| trips(dims, g.dim, g.tile)).product();
-                t.reads.push((times * tmap.elements() * p.dtype.size(), shared.max(1)));
+                let adjacent: u64 = if t.work_list {
+                    1
+                } else {
+                    k.grid.iter().rev().take_while(|g| !tmap.uses(g.iter)).map(|g| trips(dims, g.dim, g.tile)).product()
+                };
+                t.reads.push((load, shared.max(1), adjacent.max(1)));
+                for (i, g) in k.grid.iter().enumerate() {
+                    if !tmap.uses(g.iter) {
+                        t.alike[i] += load;
+                    }
+                }
                 // A tile that cannot be copied 16 bytes at a time is copied element by element.
                 let per_copy = if copies_whole_chunks(p, tmap, dims) { 1 } else { 16 / p.dtype.size() };
                 t.copied += times * tmap.elements() * p.dtype.size() * per_copy;

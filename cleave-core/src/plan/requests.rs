@@ -5,7 +5,8 @@
 //! run time, by [`split_count`], from what the launcher knows without reading device memory:
 //! how many blocks the kernel has besides the split, the average length of a request (the
 //! packed axis' extent, or the page table's entries times the page size, over the batch), and
-//! the SM count of the GPU the plan was made for, on which the count lands the grid evenly. And a
+//! the GPU's SM count and how many blocks of the split kernel one SM holds (the compiler ranks
+//! with the figures of the GPU the plan is made for; a launch asks its device's driver). And a
 //! schedule is ranked by its estimated time over a few [`workloads`], not at one shape.
 //!
 //! A split of a dynamic dense axis (the keys of a decode over a dense cache, a dynamic depth)
@@ -231,6 +232,13 @@ mod tests {
         // 64 queries: four row tiles read each head's keys again, from L2, where one block
         // streams slower than DRAM could feed it; two blocks per SM then go faster.
         assert_eq!(h200(128, 32, 4096, 2), 2);
+        // The product chain at 64 queries: the same shape, with three blocks per SM as the
+        // register estimate (88) has it, takes 3 parts; at the two that ptxas's 177 registers
+        // allow, which the launcher asks the driver for, 2 parts, the fastest of the sweep
+        // (26.2 us at 4096 keys against 33.5 at 3, 63.6 against 81.0 at 16384).
+        assert_eq!(h200(128, 32, 4096, 3), 3);
+        assert_eq!(h200(128, 32, 16384, 3), 3);
+        assert_eq!(h200(128, 32, 16384, 2), 2);
         // One K/V head for 16 blocks of query heads: 8 parts, one block per SM (the rule of
         // two blocks per SM took 24 and was 1.5 times as slow).
         assert_eq!(h200(16, 1, 4096, 1), 8);

@@ -187,7 +187,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     let smem_bytes = resources::allocate_smem(&mut lowerer.bufs, &body, warps);
     let grid = it.loops.iter().map(|l| GridAxis { iter: l.iter, dim: l.dim, tile: l.tile }).collect::<Vec<_>>();
     let extents = extents::runtime_extents(g, &grid, &body, &lowerer.params, lowerer.extents);
-    let kernel = TileKernel {
+    let mut kernel = TileKernel {
         symbol: String::new(),
         params: lowerer.params,
         extents,
@@ -199,6 +199,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         smem_bytes,
         names: it.iter_names(),
     };
+    super::cost::order_grid(&mut kernel, &g.dims);
     Ok(Planned { kernel, scaled_outputs, max_shape, registers })
 }
 
