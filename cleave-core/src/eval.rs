@@ -33,6 +33,19 @@ pub trait Domain {
     fn reduce_start(&self, op: ReduceOp) -> Option<Self::Value>;
     /// `-inf`, what a mask puts in place of the elements it drops.
     fn neg_inf(&self) -> Self::Value;
+    /// The `m×n` product of the row-major `m×k` matrix `a` and `k×n` matrix `b`, when the
+    /// domain has a faster way to it whose every element is exactly what [`Domain::mul_add`]
+    /// gives summing from [`Domain::zero`] in order of `k`; `None` takes that loop.
+    fn matmul_fast(
+        &self,
+        _a: &[Self::Value],
+        _b: &[Self::Value],
+        _m: usize,
+        _k: usize,
+        _n: usize,
+    ) -> Option<Vec<Self::Value>> {
+        None
+    }
 }
 
 /// A dense row-major tensor.
@@ -227,9 +240,14 @@ fn matmul<D: Domain>(domain: &D, a: &Dense<D::Value>, b: &Dense<D::Value>, out: 
     for bt in 0..nb {
         let ao = operand_index(bt, &bs, &ea) * m * k;
         let bo = operand_index(bt, &bs, &eb) * k * n;
+        let out = &mut data[bt * m * n..(bt + 1) * m * n];
+        if let Some(fast) = domain.matmul_fast(&a.data[ao..ao + m * k], &b.data[bo..bo + k * n], m, k, n) {
+            out.copy_from_slice(&fast);
+            continue;
+        }
         // i-p-j order walks B and the result row by row: the same sums, cache-friendly.
         for i in 0..m {
-            let row = &mut data[bt * m * n + i * n..bt * m * n + (i + 1) * n];
+            let row = &mut out[i * n..(i + 1) * n];
             for p in 0..k {
                 let x = a.data[ao + i * k + p];
                 let brow = &b.data[bo + p * n..bo + (p + 1) * n];

@@ -150,6 +150,15 @@ impl<F: Mantissa> XFloat<F> {
         self.m.to_f64_exact().scale(self.e)
     }
 
+    /// The value as an f64 when it is zero or of magnitude in [2^-400, 2^400). Products of two
+    /// such values lie in [2^-800, 2^800), and sums of those products are zero or multiples of
+    /// 2^-852: all normal f64s far from overflow, where f64 arithmetic rounds exactly as this
+    /// type's does. `None` for every other value (huge, tiny, infinite or NaN).
+    pub fn to_f64_if_moderate(self) -> Option<f64> {
+        let moderate = self.m == F::zero() || (self.m.is_finite() && (-400..400).contains(&self.e));
+        moderate.then(|| self.to_f64())
+    }
+
     /// The nearest value of the mantissa type.
     pub fn to_float(self) -> F {
         self.m.scale(self.e)

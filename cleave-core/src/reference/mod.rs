@@ -83,6 +83,30 @@ impl Domain for Real {
     fn neg_inf(&self) -> X64 {
         X64::from_f64(f64::NEG_INFINITY)
     }
+
+    /// Plain f64 arithmetic where it rounds as X64 does (every operand zero or of moderate
+    /// magnitude, see [`X64::to_f64_if_moderate`]): the same values, bit for bit, many times
+    /// faster than stepping through X64 sums. The reference spends most of its time in matmuls.
+    fn matmul_fast(&self, a: &[X64], b: &[X64], m: usize, k: usize, n: usize) -> Option<Vec<X64>> {
+        let a: Vec<f64> = a.iter().map(|v| v.to_f64_if_moderate()).collect::<Option<_>>()?;
+        let b: Vec<f64> = b.iter().map(|v| v.to_f64_if_moderate()).collect::<Option<_>>()?;
+        Some(matmul_f64(&a, &b, m, k, n).into_iter().map(X64::from_f64).collect())
+    }
+}
+
+/// `a · b` in f64, each element summed from zero in order of `k` (Rust never fuses the
+/// multiply and the add, so each step rounds twice, as `acc + x · y` in X64 does).
+fn matmul_f64(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for (i, row) in c.chunks_exact_mut(n.max(1)).enumerate().take(m) {
+        for p in 0..k {
+            let x = a[i * k + p];
+            for (acc, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *acc += x * y;
+            }
+        }
+    }
+    c
 }
 
 /// Division as the language defines it: `0 / 0` is 0, so that a softmax or an attention over
@@ -236,4 +260,74 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
         worst = worst.max((g - w).abs() / w.abs().max(floor));
     }
     worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::check_source;
+
+    /// Random values `± u · 2^e` with `e` uniform in `[-spread, spread]`, one in five zero.
+    fn spread(rng: &mut Rng, len: usize, spread: i32) -> Vec<X64> {
+        (0..len)
+            .map(|_| {
+                if rng.below(5) == 0 {
+                    return X64::zero();
+                }
+                let e = rng.below(2 * spread as u64 + 1) as i32 - spread;
+                X64::from_f64(rng.normal() * 2f64.powi(e))
+            })
+            .collect()
+    }
+
+    /// The definition, written out apart from the evaluator: X64 products summed in order.
+    fn by_elements(a: &[X64], b: &[X64], m: usize, k: usize, n: usize) -> Vec<X64> {
+        let mut c = Vec::with_capacity(m * n);
+        for i in 0..m {
+            for j in 0..n {
+                c.push((0..k).fold(X64::zero(), |acc, p| acc + a[i * k + p] * b[p * n + j]));
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn the_fast_matmul_is_the_element_loop_bit_for_bit() {
+        let mut rng = Rng::new(41);
+        for (m, k, n) in [(1, 1, 1), (3, 17, 5), (16, 64, 9), (7, 300, 2)] {
+            let (a, b) = (spread(&mut rng, m * k, 60), spread(&mut rng, k * n, 60));
+            let fast = Real.matmul_fast(&a, &b, m, k, n).expect("moderate operands take the fast path");
+            let slow = by_elements(&a, &b, m, k, n);
+            for (f, s) in fast.iter().zip(&slow) {
+                assert_eq!(f.to_f64().to_bits(), s.to_f64().to_bits(), "{m}x{k}x{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn huge_tiny_and_nan_operands_take_the_element_loop() {
+        let one = X64::one();
+        for odd in [X64::from_f64(2f64.powi(600)), X64::from_f64(2f64.powi(-600)), X64::from_f64(f64::NAN)] {
+            assert!(Real.matmul_fast(&[one, odd], &[one, one], 1, 2, 1).is_none());
+            assert!(Real.matmul_fast(&[one, one], &[odd, one], 1, 2, 1).is_none());
+        }
+        assert!(Real.matmul_fast(&[one, X64::zero()], &[one, one], 1, 2, 1).is_some());
+    }
+
+    #[test]
+    fn a_product_beyond_the_f64_range_stays_finite_through_the_evaluator() {
+        let src = "kernels:\n  - name: k\n    dims: { m: 2, k: 3, n: 2 }\n    inputs: { a: \"f32[m, k]\", b: \"f32[k, n]\", c: \"f32[n, 1]\" }\n    outputs: { y: \"f32[m, 1]\" }\n    body: |\n      p = matmul(a, b)\n      y = matmul(p, c)\n";
+        let mut module = check_source(src.as_bytes()).unwrap_or_else(|d| panic!("{d:?}"));
+        let g = module.kernels.remove(0).1;
+        let bindings = Bindings::of_table(&g.dims);
+        // `p[0][0]` is 2^1200 + 1 - 1, beyond f64; the second product scales it back by 2^-600.
+        // Neither product is moderate, so both take the element loop, which must keep it exact.
+        let big = 2f64.powi(600);
+        let a = Tensor { shape: vec![2, 3], data: vec![big, 1.0, -1.0, 2.0, 0.5, big] };
+        let b = Tensor { shape: vec![3, 2], data: vec![big, 1.0, 1.0, 1.0, 1.0, 1.0] };
+        let c = Tensor { shape: vec![2, 1], data: vec![1.0 / big, 1.0 / big] };
+        let y = eval(&g, &bindings, &[a, b, c]).expect("evaluates").remove(0);
+        // y[0] = 2^600 + 1 and y[1] = (3 · 2^600 + 2^600) · 2^-600, each rounded as f64.
+        assert_eq!(y.data, vec![big, 4.0]);
+    }
 }
