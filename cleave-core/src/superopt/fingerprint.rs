@@ -21,7 +21,7 @@
 //! - A division by a value that is zero in the field makes a trial inconclusive; it is drawn
 //!   again with new inputs.
 
-use super::field::{agree, random, Fp, Keys, Uninterpreted, ZeroDivisor};
+use super::field::{agree, random, Fp, Keys, Uninterpreted, ZeroDivisor, P, Q, UNKNOWN};
 use crate::eval::{self, Dense, Domain};
 use crate::graph::{BinaryOp, Bindings, DimTable, Node, Op, ReduceOp, UnaryOp};
 use crate::reference::Rng;
@@ -122,10 +122,64 @@ impl Domain for Keys {
         Fp::NEG_INF
     }
 
+    /// Sums of products reduced once per element rather than once per term: the ring's
+    /// arithmetic is exact, so where the reductions happen does not change the value. An
+    /// element is undefined when any of its terms has a sentinel operand (its row of `a` or
+    /// column of `b` holds one), and its `q`-component unknown when any term's is, as
+    /// [`Domain::mul_add`] has it. Matmuls are most of the time the search spends checking.
+    fn matmul_fast(&self, a: &[Fp], b: &[Fp], m: usize, k: usize, n: usize) -> Option<Vec<Fp>> {
+        let mut col_special = vec![false; n];
+        let mut col_unknown = vec![false; n];
+        for row in b.chunks_exact(n.max(1)).take(k) {
+            for ((s, u), y) in col_special.iter_mut().zip(col_unknown.iter_mut()).zip(row) {
+                *s |= y.is_special();
+                *u |= !y.q_known();
+            }
+        }
+        let (mut sum_p, mut sum_q) = (vec![0u128; n], vec![0u128; n]);
+        let mut out = Vec::with_capacity(m * n);
+        for i in 0..m {
+            let row = &a[i * k..(i + 1) * k];
+            let row_special = row.iter().any(|x| x.is_special());
+            let row_unknown = row.iter().any(|x| !x.q_known());
+            sum_p.fill(0);
+            sum_q.fill(0);
+            if !row_special {
+                for (p, x) in row.iter().enumerate() {
+                    // Each product of two u32s fits a u64 (a sentinel or an unknown `q` is
+                    // near u32::MAX, and its sums are never used); a u128 holds any number.
+                    let (xp, xq) = (u64::from(x.p), u64::from(x.q));
+                    for ((sp, sq), y) in sum_p.iter_mut().zip(sum_q.iter_mut()).zip(&b[p * n..(p + 1) * n]) {
+                        *sp += u128::from(xp * u64::from(y.p));
+                        *sq += u128::from(xq * u64::from(y.q));
+                    }
+                }
+            }
+            for j in 0..n {
+                out.push(if row_special || col_special[j] {
+                    Fp::POISON
+                } else {
+                    let q = if row_unknown || col_unknown[j] { UNKNOWN } else { reduce(sum_q[j], Q) };
+                    Fp { p: reduce(sum_p[j], P), q }
+                });
+            }
+        }
+        Some(out)
+    }
+
     fn reduce_start(&self, _: ReduceOp) -> Option<Fp> {
         // A max has no identity under a random order; sums start from their first term too.
         None
     }
+}
+
+/// `s mod m` for a modulus below 2^31, in u64 arithmetic: `s = hi · 2^64 + lo`, and the
+/// residues of `hi`, of `2^64` and of `lo` are each below 2^31, so their combination fits.
+fn reduce(s: u128, m: u32) -> u32 {
+    let m = u64::from(m);
+    let (hi, lo) = ((s >> 64) as u64, s as u64);
+    let two_64 = (u64::MAX % m + 1) % m;
+    ((hi % m * two_64 % m + lo % m) % m) as u32
 }
 
 /// An op of two operands of which at least one is `-inf` or undefined, as the extended reals
@@ -385,6 +439,35 @@ pub fn equivalent(
 mod tests {
     use super::*;
     use crate::symbolic::symbolize;
+
+    #[test]
+    fn the_fast_matmul_is_the_element_loop() {
+        let mut rng = Rng::new(7);
+        let keys = Keys::new(3);
+        for (m, k, n, odd) in [(1, 1, 1, 0), (4, 9, 6, 0), (5, 33, 7, 3), (8, 64, 3, 5), (3, 0, 2, 0)] {
+            // Random ring values with `odd` sentinels and unknown `q`-components scattered.
+            let mut draw = |len: usize| -> Vec<Fp> {
+                let mut v: Vec<Fp> = (0..len).map(|_| random(&mut rng)).collect();
+                for t in 0..odd.min(len) {
+                    let at = rng.below(len as u64) as usize;
+                    v[at] = match t % 3 {
+                        0 => Fp { q: UNKNOWN, ..v[at] },
+                        1 => Fp::NEG_INF,
+                        _ => Fp::POISON,
+                    };
+                }
+                v
+            };
+            let (a, b) = (draw(m * k), draw(k * n));
+            let fast = keys.matmul_fast(&a, &b, m, k, n).expect("the ring has a fast matmul");
+            for i in 0..m {
+                for j in 0..n {
+                    let slow = (0..k).fold(Fp::ZERO, |acc, p| keys.mul_add(acc, a[i * k + p], b[p * n + j]));
+                    assert_eq!(fast[i * n + j], slow, "{m}x{k}x{n} at ({i}, {j})");
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_instantiations_of_a_rank_6_target_stay_within_the_element_budget() {
