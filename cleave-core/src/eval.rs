@@ -203,9 +203,17 @@ fn binary<D: Domain>(
     let (ex, ey) = (broadcast_strides(&x.shape, &shape), broadcast_strides(&y.shape, &shape));
     let elems: usize = shape.iter().product();
     let mut data = Vec::with_capacity(elems);
-    for i in 0..elems {
-        let (a, b) = (x.data[operand_index(i, &os, &ex)], y.data[operand_index(i, &os, &ey)]);
-        data.push(domain.binary(op, a, b)?);
+    // Row by row: an operand's index is found once per row of the innermost axis, along which
+    // it steps by its stride there (0 where it broadcasts).
+    let inner = shape.last().copied().unwrap_or(1);
+    let (sx, sy) = (ex.last().copied().unwrap_or(0), ey.last().copied().unwrap_or(0));
+    if elems > 0 {
+        for start in (0..elems).step_by(inner) {
+            let (bx, by) = (operand_index(start, &os, &ex), operand_index(start, &os, &ey));
+            for j in 0..inner {
+                data.push(domain.binary(op, x.data[bx + j * sx], y.data[by + j * sy])?);
+            }
+        }
     }
     Ok(Dense { shape, data })
 }
