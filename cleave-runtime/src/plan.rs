@@ -190,8 +190,9 @@ pub enum Derive {
         resident: u32,
         /// How many blocks streaming at once saturate that GPU's DRAM: [`SplitShape::fill`].
         fill: u32,
-        /// The launch of the split kernel (`None`: no launch's grid has the split), whose
-        /// residency on the device replaces `resident`.
+        /// The launch of the split kernel, whose residency on the device replaces `resident`;
+        /// `None` when no launch's grid has the split, or when the split kernel is a stage
+        /// kernel, which keeps the one block per SM it was ranked with.
         launch: Option<u16>,
     },
 }
