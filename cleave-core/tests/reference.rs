@@ -154,3 +154,30 @@ kernels:
     let lse = 4806.0 + x.iter().map(|v| (6.0 * v - 4806.0f64).exp()).sum::<f64>().ln();
     assert!((out[1].data[0] - lse).abs() < 1e-9, "{} {lse}", out[1].data[0]);
 }
+
+#[test]
+fn products_past_the_f64_range_stay_exact() {
+    // `p[0][0]` is 2^1200 + 1 - 1, beyond f64; the second product scales it back by 2^-600.
+    // Neither product's operands are all within f64's moderate range, so both take the
+    // reference's element loop, which must keep the value (f64 arithmetic would overflow).
+    let g = common::graph(
+        r#"
+kernels:
+  - name: k
+    dims: { m: 2, k: 3, n: 2 }
+    inputs: { a: "f32[m, k]", b: "f32[k, n]", c: "f32[n, 1]" }
+    outputs: { y: "f32[m, 1]" }
+    body: |
+      p = matmul(a, b)
+      y = matmul(p, c)
+"#,
+    );
+    let bindings = Bindings::of_table(&g.dims);
+    let big = 2f64.powi(600);
+    let a = t(&[2, 3], &[big, 1.0, -1.0, 2.0, 0.5, big]);
+    let b = t(&[3, 2], &[big, 1.0, 1.0, 1.0, 1.0, 1.0]);
+    let c = t(&[2, 1], &[1.0 / big, 1.0 / big]);
+    let y = eval(&g, &bindings, &[a, b, c]).expect("evaluates").remove(0);
+    // y[0] = 2^600 + 1 and y[1] = (3 · 2^600 + 2^600) · 2^-600, each rounded as f64.
+    assert_eq!(y.data, vec![big, 4.0]);
+}
