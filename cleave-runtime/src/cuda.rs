@@ -97,12 +97,14 @@ pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
 /// `extents` has one entry per dim (see [`plan::extents`]); `layouts` gives each tensor's view
 /// ([`Layouts::contiguous`] for dense tensors); `inputs` and `outputs` hold one device address
 /// per declared tensor, its view's first element. A launch whose grid has a zero dimension is
-/// skipped.
+/// skipped. Split counts are taken from `extents` as given: [`launch_extents`] computes the
+/// ones the device's SMs and its residency for the split kernel call for, which
+/// [`Args::launch`] and [`Loaded::launch`] use on their own.
 ///
 /// # Safety
 ///
 /// Each address must point to device memory of the stream's context holding its view's span
-/// (for these extents) in its dtype, aligned as [`layout::alignment`] says, readable (inputs)
+/// (for these extents) in its dtype, aligned as [`crate::layout::alignment`] says, readable (inputs)
 /// or writable (outputs) by work queued on `stream`, and outputs must not overlap any other
 /// argument, nor themselves. `fatbin` must hold the kernels `plan` names, with the parameters
 /// it lists.
