@@ -88,12 +88,13 @@ fn from<'a, T>(spec: &TensorSpec, data: &'a [T], start: usize) -> std::result::R
 ///
 /// # Safety
 ///
-/// `host[i]` must implement `plans[0].plan.launches[i]` and `fatbin` must hold every plan's
-/// kernels, as for `host::Args::run` and `cuda::Args::launch`. Generated modules pass their own
-/// `PLANS`, `HOST` and `FATBIN`, built from one generated source.
+/// `hosts[i][j]` must implement `plans[i].plan.launches[j]` for each of the first
+/// `hosts.len()` plans (the first GPU's, which the host runs), and `fatbin` must hold every
+/// plan's kernels, as for `host::Args::run` and `cuda::Args::launch`. Generated modules pass
+/// their own `PLANS`, `HOSTS` and `FATBIN`, built from one generated source.
 pub unsafe fn forward<const N: usize>(
     plans: &'static [Variant],
-    host: &[EmuFn],
+    hosts: &[&[EmuFn]],
     fatbin: Option<&Fatbin>,
     inputs: &[&Tensor],
 ) -> Result<[Tensor; N]> {
@@ -133,8 +134,16 @@ pub unsafe fn forward<const N: usize>(
     let out_shapes: Vec<Vec<usize>> =
         plan.outputs.iter().map(|spec| shape_of(spec, &extents)).collect::<Result<_>>()?;
     let outputs: Vec<Tensor> = match &device {
-        // SAFETY: passed on from the caller.
-        Device::Cpu => unsafe { forward_cpu(plan, host, &dynamic, inputs, &out_shapes)? },
+        Device::Cpu => {
+            // The host runs the first GPU's plan made nearest to these extents.
+            let hosted = &plans[..hosts.len().min(plans.len())];
+            let chosen = plan::nearest_index(hosted, &dynamic);
+            let (Some(v), Some(host)) = (hosted.get(chosen), hosts.get(chosen)) else {
+                return Err(wrap(Error::InvalidPlan { kernel, reason: "a kernel module lists no host plans".into() }));
+            };
+            // SAFETY: passed on from the caller.
+            unsafe { forward_cpu(v.plan, host, &dynamic, inputs, &out_shapes)? }
+        }
         #[cfg(feature = "candle-cuda")]
         // SAFETY: passed on from the caller.
         Device::Cuda(dev) => unsafe { cuda::forward(plans, fatbin, dev, &dynamic, inputs, &out_shapes)? },
@@ -265,7 +274,7 @@ mod cuda {
         out_shapes: &[Vec<usize>],
     ) -> Result<Vec<Tensor>> {
         let stream = dev.cuda_stream();
-        let plan = crate::runtime::cuda::select(stream.context(), plans).map_err(wrap)?;
+        let plan = crate::runtime::cuda::select(stream.context(), plans, dynamic).map_err(wrap)?;
         let storages: Vec<_> = inputs.iter().map(|t| t.storage_and_layout()).collect();
         let mut views = Vec::with_capacity(inputs.len());
         for (spec, (storage, layout)) in plan.inputs.iter().zip(&storages) {
@@ -371,9 +380,9 @@ macro_rules! __candle_forward {
         pub fn $name($($input: &$crate::candle::Tensor),*)
             -> $crate::candle::Result<($($crate::__candle_forward!(@tensor $output)),+)>
         {
-            // SAFETY: PLANS, HOST and FATBIN of the generated module were built from one
+            // SAFETY: PLANS, HOSTS and FATBIN of the generated module were built from one
             // generated source.
-            let [$($output),+] = unsafe { $crate::candle::forward(&PLANS, &HOST, FATBIN.as_ref(), &[$($input),*]) }?;
+            let [$($output),+] = unsafe { $crate::candle::forward(&PLANS, &HOSTS, FATBIN.as_ref(), &[$($input),*]) }?;
             ::core::result::Result::Ok(($($output),+))
         }
     };

@@ -64,6 +64,37 @@ fn schedule_plans_for_the_architectures_given() {
     assert!(err.contains("--arch") && err.contains("older than sm_80"), "{err}");
 }
 
+/// `--at b=256` plans for another extent, as a build does for an `also` extent: the plan the
+/// schedule prints is made for 256 rows (its row tile grows past the 16 declared), and bad
+/// extents are refused with the dim named.
+#[test]
+fn schedule_plans_at_the_extents_given() {
+    let rows = |args: &[&str]| -> (u64, String) {
+        let mut all = vec!["schedule", KERNELS, "--kernel", "matmul_decode", "--arch", "90", "--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = cleave(&all);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        let k = &v["candidates"][0]["kernels"][0];
+        (k["tile_config"]["output"]["b"].as_u64().expect("a row tile"), k["program"].to_string())
+    };
+    let (declared, _) = rows(&[]);
+    let (wide, program) = rows(&["--at", "b=256"]);
+    assert_eq!(declared, 16);
+    assert!(wide > 16, "{wide}: {program}");
+    for (at, why) in [
+        ("k=64", "`k` is static (4096) and cannot change"),
+        ("z=4", "`z` is not a dim of `matmul_decode`"),
+        ("b=0", "`b` must be an integer in 1..2^31, got `0`"),
+        ("b=4,b=8", "`b` is given twice"),
+        ("b", "expects name=value pairs, got `b`"),
+    ] {
+        let (code, _, err) = cleave(&["schedule", KERNELS, "--kernel", "matmul_decode", "--at", at]);
+        assert_eq!(code, 1, "{at}");
+        assert!(err.contains(&format!("--at: {why}")), "{at}: {err}");
+    }
+}
+
 #[test]
 fn search_json_lists_ops_topologically_with_the_output_last() {
     let (code, out, err) = cleave(&["search", KERNELS, "--kernel", "mha_d64_prefill", "--json"]);

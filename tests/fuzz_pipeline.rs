@@ -203,8 +203,9 @@ fn run_one(text: &str, seed: u64, opts: &Options, emulate_it: bool) -> Result<Ou
         let _ = tilelang::emit_launch(launch, &decl.name);
         let plan = plan_data(launch, &decl.name).map_err(|e| format!("plan data: {e}"))?;
         let host: Vec<String> = launch.kernels.iter().map(|k| format!("cleave_emu_{}", k.symbol())).collect();
-        let plans = [TargetPlan { target: "sm_80, sm_90".into(), min_cc: 80, plan: plan.clone() }];
-        let spec = ModuleSpec { decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_80, sm_90".into(), min_cc: 80, plan: plan.clone(), shares: None }];
+        let spec =
+            ModuleSpec { decl, plans: &plans, host_symbols: std::slice::from_ref(&host), fatbin: "None", summary: &[] };
         let rust = module_text(&spec).map_err(|e| format!("rust module: {e}"))?;
         syn::parse_file(&rust).map_err(|e| format!("the launcher module does not parse: {e}"))?;
         assert!(launch.kernels.iter().all(|k| k.symbol().starts_with(&symbol_prefix(&decl.name))));

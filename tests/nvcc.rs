@@ -10,7 +10,7 @@
 //! nvcc a failure.
 
 use cleave_core::codegen::{cuda, headers};
-use cleave_core::pipeline::{compile, compile_variants, Options};
+use cleave_core::pipeline::{compile, compile_points, Options};
 use cleave_core::toolchain::{compile_each, nvcc_for_check, ArchSet};
 
 /// The declaration files whose kernels are compiled.
@@ -43,15 +43,21 @@ fn generated_kernels_compile_for_sm80_and_sm90_within_budget() {
     let mut newest_only: Vec<String> = Vec::new();
     let mut over_99k = false;
     let mut plans = 0;
+    let mut extents = 0;
     for (i, file) in files().into_iter().enumerate() {
         let text = std::fs::read(&file).expect("declarations");
         let module = cleave_core::front::check_source(&text).unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
-        for (_, g) in &module.kernels {
-            // The shipped kernels as a default build makes them: a plan per kind of GPU, in one
-            // source; the corpus as one plan for both architectures.
+        for (decl, g) in &module.kernels {
+            // The shipped kernels as a default build makes them: a plan per kind of GPU and per
+            // set of extents declared, in one source; the corpus as one plan for both
+            // architectures.
             let launches: Vec<(cleave_core::plan::Launch, Option<u32>)> = if i == 0 {
-                let variants =
-                    compile_variants(g, &Options::default(), &targets).unwrap_or_else(|e| panic!("{}: {e}", g.name));
+                let points = cleave_core::front::points(decl).unwrap_or_else(|e| panic!("{}: {e:?}", g.name));
+                let variants = compile_points(g, &points, &Options::default(), &targets)
+                    .unwrap_or_else(|e| panic!("{}: {e}", g.name));
+                // A plan that shares another's kernels adds no code.
+                let variants: Vec<_> = variants.into_iter().filter(|v| v.shares.is_none()).collect();
+                extents += variants.iter().filter(|v| !v.at.is_empty()).count();
                 for v in &variants {
                     // Each plan fits the smallest shared memory of the GPUs it is meant for.
                     let limit = targets
@@ -102,6 +108,9 @@ fn generated_kernels_compile_for_sm80_and_sm90_within_budget() {
     // kept out of the plans those GPUs run; and some kernels have several plans.
     assert!(over_99k, "no shipped plan needs more than 99 KiB: the sm_86 bound checks nothing");
     assert!(plans > 29, "{plans} plans for 29 kernels");
+    // The MatMul and SwiGLU decodes declare `also: [64, 256]`, and their plans there are their
+    // own.
+    assert!(extents >= 3, "{extents} plans for extents besides the declared ones");
     let arches = ArchSet::parse("80,90").expect("arches");
     let report = compile_each(&nvcc, &sources, std::slice::from_ref(&dir), &arches, &dir.join("out"))
         .unwrap_or_else(|e| panic!("nvcc failed:\n{e}"));

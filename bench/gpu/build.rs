@@ -63,8 +63,8 @@ fn run() -> Result<(), String> {
         out.push_str(&launcher(name, &inputs, &outputs, &dynamic, Backend::Host));
         let _ = writeln!(
             table,
-            "    Dispatch {{ name: {name:?}, plan: &crate::kernels::{name}::PLAN, fatbin: \
-             crate::kernels::{name}::FATBIN.as_ref(), cuda: cuda_{name}, host: host_{name} }},"
+            "    Dispatch {{ name: {name:?}, plan: &crate::kernels::{name}::PLAN, plans: &crate::kernels::{name}::PLANS, \
+             fatbin: crate::kernels::{name}::FATBIN.as_ref(), cuda: cuda_{name}, host: host_{name} }},"
         );
     }
     table.push_str("];\n\n");
@@ -173,7 +173,8 @@ fn launcher(
         let _ = writeln!(f, "    if let Some(count) = split {{");
         let _ = writeln!(
             f,
-            "        let plan = ::cleave::runtime::cuda::select(stream.context(), &crate::kernels::{name}::PLANS)?;"
+            "        let plan = ::cleave::runtime::cuda::select(stream.context(), &crate::kernels::{name}::PLANS, &[{}])?;",
+            dims.join(", ")
         );
         let _ = writeln!(
             f,

@@ -823,3 +823,110 @@ fn first_fallback_stage(yaml: &str) -> (StageKernel, String) {
         Kernel::Tile(_) => panic!("the fallback's first kernel is a tile kernel"),
     }
 }
+
+/// A GEMV declared `b: dyn 16 | 64 | 256` gets a plan per batch size, each searched and ranked
+/// at its own extents: each is exactly what compiling the declaration at that batch alone
+/// gives, their kernels are named apart, and a plan that comes out the same as an earlier
+/// one's shares it instead of adding code.
+#[test]
+fn plans_at_other_extents_are_searched_again_and_named_apart() {
+    let yaml = "kernels:\n  - name: gemv\n    dims: { b: { value: 16, dynamic: true, also: [64, 256] }, k: 4096, n: 4096 }\n    \
+                inputs: { x: \"f16[b, k]\", w: \"f16[k, n]\" }\n    outputs: { y: \"f16[b, n]\" }\n    \
+                body: |\n      y = matmul(x, w)\n";
+    let module = cleave_core::front::check_source(yaml.as_bytes()).expect("checks");
+    let (decl, declared) = &module.kernels[0];
+    let points = cleave_core::front::points(decl).expect("points");
+    let targets = ArchSet::default().plan_targets();
+    let h200 = &targets[..1];
+    let variants =
+        cleave_core::pipeline::compile_points(declared, &points, &Options::default(), h200).expect("compiles");
+    let at: Vec<String> = variants.iter().map(|v| format!("{:?}", v.at)).collect();
+    assert_eq!(at, ["[]", "[(\"b\", 64)]", "[(\"b\", 256)]"]);
+    for (v, graph) in variants.iter().zip(std::iter::once(declared).chain(points.iter().map(|p| &p.graph))) {
+        assert_eq!(v.targets, ["sm_90"]);
+        // The same as the point compiled on its own, for the same GPU.
+        let alone = compile_variants(graph, &Options::default(), h200).expect("compiles");
+        let (mine, theirs) = (v.compiled.best(), alone[0].compiled.best());
+        assert_eq!(mine.kernels.len(), theirs.kernels.len());
+        assert_eq!(v.compiled.ranked[0].candidate.seconds, alone[0].compiled.ranked[0].candidate.seconds);
+        assert_eq!(
+            cleave_core::codegen::cuda::emit_launch(
+                &{
+                    let mut l = theirs.clone();
+                    if let Some(k) = mine.kernels.first() {
+                        l.rename(k.symbol().trim_end_matches("_0"));
+                    }
+                    l
+                },
+                "k"
+            ),
+            cleave_core::codegen::cuda::emit_launch(mine, "k")
+        );
+        let b = graph.dims.find("b").expect("b");
+        assert_eq!(mine.graph.dims.get(mine.graph.dims.find("b").expect("b")).value, graph.dims.get(b).value);
+    }
+    // Each extent's plan has symbols of its own; one that shares points at an earlier plan.
+    let suffix = ["", "_b64", "_b256"];
+    for (v, s) in variants.iter().zip(suffix) {
+        match v.shares {
+            None => {
+                for k in &v.compiled.best().kernels {
+                    let rest = k
+                        .symbol()
+                        .strip_prefix(&format!("cleave_gemv{s}_"))
+                        .unwrap_or_else(|| panic!("{}", k.symbol()));
+                    assert!(rest.chars().all(|c| c.is_ascii_digit()), "{}", k.symbol());
+                }
+            }
+            Some(j) => assert!(j < 4 && variants[j].shares.is_none(), "{:?}", v.shares),
+        }
+    }
+    // 256 rows are not 16: the batch of 256 gets a plan of its own.
+    assert_eq!(variants[2].shares, None);
+    assert!(!variants[2].compiled.best().same_plan(variants[0].compiled.best()));
+    // And by the cost model each point's own plan is at least as fast there as the declared
+    // extents' plan run at that point: the estimate of a launch at other rows, from its own
+    // kernels, with `b` changed.
+    let arch = h200[0].budget;
+    let at_rows = |l: &Launch, rows: u64| -> f64 {
+        let mut dims = l.graph.dims.clone();
+        let b = dims.find("b").expect("b");
+        dims.get_mut(b).value = rows;
+        l.kernels
+            .iter()
+            .zip(&l.registers)
+            .map(|(k, regs)| match k {
+                Kernel::Tile(t) => kernel_cost(t, &dims, *regs, &arch).seconds,
+                Kernel::Stage(s) => stage_cost(s, &dims, &arch).seconds,
+            })
+            .sum()
+    };
+    let declared_plan = variants[0].compiled.best();
+    for (v, rows) in variants.iter().zip([16, 64, 256]) {
+        let own = at_rows(v.compiled.best(), rows);
+        // The re-costing reproduces the ranking's own estimate.
+        assert!((own - v.compiled.ranked[0].candidate.seconds).abs() <= 1e-12, "{own} at {rows}");
+        let declared = at_rows(declared_plan, rows);
+        assert!(own <= declared, "b={rows}: own plan {own:e} s, declared plan {declared:e} s");
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("b={rows}: own plan {:.2} us, declared plan {:.2} us", own * 1e6, declared * 1e6);
+        }
+    }
+
+    // A decode whose context is split at run time: twice the context is the same kernels (the
+    // launcher derives the split count from the extents), so that plan shares the declared one.
+    let yaml = "kernels:\n  - name: dec\n    dims: { h: 32, b: { value: 16, dynamic: true }, \
+                l: { value: 4096, dynamic: true, also: [8192] }, d: 64 }\n    \
+                inputs: { q: \"f16[h, b, d]\", k: \"f16[h, l, d]\", v: \"f16[h, l, d]\" }\n    \
+                outputs: { o: \"f16[h, b, d]\" }\n    body: |\n      \
+                o = matmul(softmax(matmul(q, transpose(k)) * 0.125, axis=-1), v)\n";
+    let module = cleave_core::front::check_source(yaml.as_bytes()).expect("checks");
+    let (decl, declared) = &module.kernels[0];
+    let points = cleave_core::front::points(decl).expect("points");
+    let variants =
+        cleave_core::pipeline::compile_points(declared, &points, &Options::default(), h200).expect("compiles");
+    assert_eq!(variants.len(), 2);
+    assert_eq!(variants[1].shares, Some(0));
+    assert_eq!(variants[1].at, [("l".to_string(), 8192)]);
+}

@@ -297,13 +297,14 @@ fn alloc_workspace(stream: &Arc<CudaStream>, kernel: &'static str, bytes: u64) -
 /// [`Loaded::workspace_bytes`]).
 #[derive(Debug, Clone)]
 pub struct Loaded {
-    plan: &'static LaunchPlan,
+    /// The plans loaded, one per set of extents they were made for, the first the declared
+    /// extents' ([`Loaded::plan_at`] picks one per call).
+    variants: Vec<Variant>,
     ctx: Arc<CudaContext>,
-    /// The function of each launch of the plan, in order.
-    functions: Vec<Arc<CudaFunction>>,
-    /// How many blocks of each launch one SM of the device holds at once, as the driver
-    /// reports it (0: unknown), for the split counts.
-    resident: Vec<u32>,
+    /// Per entry of `variants`: the function of each launch of its plan, in order, and how
+    /// many blocks of each launch one SM of the device holds at once, as the driver reports
+    /// it (0: unknown), for the split counts.
+    functions: Vec<Functions>,
 }
 
 impl Loaded {
@@ -320,38 +321,77 @@ impl Loaded {
         fatbin: Option<&Fatbin>,
         plan: &'static LaunchPlan,
     ) -> Result<Self, Error> {
-        require_driver()?;
-        let fatbin = fatbin.ok_or(Error::NotBuilt { kernel: plan.kernel })?;
-        plan.validate()?;
-        let Functions { functions, resident } = load_in(ctx, fatbin, plan)?;
-        Ok(Loaded { plan, ctx: Arc::clone(ctx), functions, resident })
+        // A plan given alone is a list of one, made for no extents in particular.
+        // SAFETY: as the caller vouched for `plan`.
+        unsafe { Self::load(ctx, fatbin, vec![Variant { target: "", min_cc: 0, at: &[], plan }]) }
     }
 
-    /// The plan this was loaded for.
+    /// Loads the fatbin's functions for every plan of `variants` that the device of `ctx` runs
+    /// ([`for_device`]: one per set of extents they were made for), so that each launch runs
+    /// the one made nearest to its extents.
+    ///
+    /// # Safety
+    ///
+    /// `fatbin` must hold the kernels every plan of `variants` names, with the parameters it
+    /// lists. Generated `load` functions pass `PLANS` and the fatbin built from the same
+    /// generated source.
+    pub unsafe fn with_variants(
+        ctx: &Arc<CudaContext>,
+        fatbin: Option<&Fatbin>,
+        variants: &'static [Variant],
+    ) -> Result<Self, Error> {
+        let variants = for_device(ctx, variants)?.to_vec();
+        // SAFETY: as the caller vouched for `variants`.
+        unsafe { Self::load(ctx, fatbin, variants) }
+    }
+
+    /// # Safety
+    ///
+    /// As for [`Loaded::with_variants`]; `variants` is not empty.
+    unsafe fn load(ctx: &Arc<CudaContext>, fatbin: Option<&Fatbin>, variants: Vec<Variant>) -> Result<Self, Error> {
+        require_driver()?;
+        let kernel = variants.first().map_or("?", |v| v.plan.kernel);
+        let fatbin = fatbin.ok_or(Error::NotBuilt { kernel })?;
+        let mut functions = Vec::with_capacity(variants.len());
+        for v in &variants {
+            v.plan.validate()?;
+            functions.push(load_in(ctx, fatbin, v.plan)?);
+        }
+        Ok(Loaded { variants, ctx: Arc::clone(ctx), functions })
+    }
+
+    /// The plan made for the declared extents.
     pub fn plan(&self) -> &'static LaunchPlan {
-        self.plan
+        self.variants[0].plan
+    }
+
+    /// The plan a launch with these dynamic extents runs: the one made nearest to them
+    /// ([`plan::nearest`]). Build the launch's [`Args`] for it.
+    pub fn plan_at(&self, dynamic: &[usize]) -> &'static LaunchPlan {
+        plan::nearest(&self.variants, dynamic).plan
     }
 
     /// The bytes of workspace a launch with these dynamic extents needs (0 for most kernels;
-    /// Split-K kernels keep their partials there).
+    /// Split-K kernels keep their partials there), under the plan it runs.
     pub fn workspace_bytes(&self, dynamic: &[usize]) -> Result<u64, Error> {
-        workspace_bytes(self.plan, dynamic)
+        workspace_bytes(self.plan_at(dynamic), dynamic)
     }
 
     /// Queues the plan on `stream` with the arguments collected in `args` (built with
-    /// [`Args::new`] for this plan) and the caller's workspace.
+    /// [`Args::new`] for [`Loaded::plan_at`] of their extents) and the caller's workspace.
     ///
     /// Errors: everything [`Args`] checks, `ContextMismatch` when the stream or workspace
     /// belongs to another context than the one loaded into, `WorkspaceTooSmall`, `Launch`.
     pub fn launch(&self, args: Args<'_>, workspace: &mut Workspace) -> Result<(), Error> {
-        let kernel = self.plan.kernel;
-        if !std::ptr::eq(args.plan, self.plan) {
+        let kernel = self.plan().kernel;
+        let Some(i) = self.variants.iter().position(|v| std::ptr::eq(args.plan, v.plan)) else {
             return Err(Error::InvalidArguments {
                 kernel,
-                message: "the arguments were built for another plan".into(),
+                message: "the arguments were built for a plan this kernel did not load".into(),
             });
-        }
-        plan::check_complete(self.plan, args.n_inputs, args.n_outputs)?;
+        };
+        let (plan, functions) = (self.variants[i].plan, &self.functions[i]);
+        plan::check_complete(plan, args.n_inputs, args.n_outputs)?;
         let ctx = args.stream.context();
         if ctx.cu_ctx() != self.ctx.cu_ctx() {
             return Err(Error::ContextMismatch { arg: "stream" });
@@ -369,7 +409,7 @@ impl Loaded {
         };
         // The split counts, for the blocks per SM the driver reported when the functions were
         // loaded; a split count sizes no tensor, so the arguments' checks still hold.
-        let extents = args.settled(&self.resident);
+        let extents = args.settled(&functions.resident);
         // SAFETY: every address in `args` comes from a buffer borrowed for the builder's
         // lifetime in this context, checked against the declaration; outputs come from `&mut`
         // borrows; the workspace is borrowed mutably for this call and its guard is dropped
@@ -378,8 +418,8 @@ impl Loaded {
         let queued = unsafe {
             launch_all(
                 args.stream,
-                self.plan,
-                &self.functions,
+                plan,
+                &functions.functions,
                 &extents,
                 &args.layouts,
                 &args.inputs[..args.n_inputs],
@@ -434,13 +474,24 @@ pub fn workspace_bytes_any(variants: &[Variant], dynamic: &[usize]) -> Result<u6
     Ok(most)
 }
 
-/// The plan of `variants` the device of `ctx` runs ([`plan::select`]), from its compute
-/// capability and the shared memory a block may opt in to.
-pub fn select(ctx: &CudaContext, variants: &[Variant]) -> Result<&'static LaunchPlan, Error> {
+/// The plan of `variants` the device of `ctx` runs for these dynamic extents
+/// ([`plan::select`]), from its compute capability and the shared memory a block may opt in
+/// to.
+pub fn select(
+    ctx: &CudaContext,
+    variants: &'static [Variant],
+    dynamic: &[usize],
+) -> Result<&'static LaunchPlan, Error> {
+    Ok(plan::nearest(for_device(ctx, variants)?, dynamic).plan)
+}
+
+/// The plans of `variants` the device of `ctx` runs ([`plan::for_device`]), one per set of
+/// extents they were made for.
+pub fn for_device(ctx: &CudaContext, variants: &'static [Variant]) -> Result<&'static [Variant], Error> {
     require_driver()?;
     let kernel = variants.first().map_or("?", |v| v.plan.kernel);
     let (have, smem_optin) = device_limits(ctx, kernel)?;
-    plan::select(variants, have, u64::from(smem_optin))
+    plan::for_device(variants, have, u64::from(smem_optin))
 }
 
 /// The device's compute capability (major, minor) and the shared memory one block may opt in
@@ -544,6 +595,7 @@ struct LoadedFunction {
 }
 
 /// The functions of a plan's launches, in order, and how many blocks of each one SM holds.
+#[derive(Debug, Clone)]
 struct Functions {
     functions: Vec<Arc<CudaFunction>>,
     resident: Vec<u32>,

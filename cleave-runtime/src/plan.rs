@@ -60,15 +60,20 @@ pub struct LaunchPlan {
     pub tables: &'static [Table],
 }
 
-/// One plan of a kernel and the GPUs it was made for. A build makes a plan per kind of GPU its
-/// code runs on (SM count, shared memory per block); generated modules list them newest first
-/// and pick one per device with [`select`].
+/// One plan of a kernel, the GPUs and the extents it was made for. A build makes a plan per
+/// kind of GPU its code runs on (SM count, shared memory per block) and per set of extents
+/// the declaration lists (`also:`); generated modules list them newest GPU first, each GPU's
+/// plans together, and pick one per device and call with [`select`].
 #[derive(Debug, Clone, Copy)]
 pub struct Variant {
     /// The targets it was scheduled for, e.g. `"sm_90"` or `"sm_86, sm_80"`.
     pub target: &'static str,
     /// The lowest compute capability it is meant for, as nvcc numbers it (86 for 8.6).
     pub min_cc: u32,
+    /// The extents of the plan's dynamic dims (in the order of [`LaunchPlan::dynamic_dims`])
+    /// it was made for. Several entries may share one plan, when the best plan at their
+    /// extents came out the same.
+    pub at: &'static [u64],
     /// The plan.
     pub plan: &'static LaunchPlan,
 }
@@ -80,16 +85,28 @@ impl LaunchPlan {
     }
 }
 
-/// The plan a GPU of compute capability `cc` (major, minor) that lets one block opt in to
-/// `smem_per_block` bytes of shared memory runs: the first of `variants` (newest first) meant
-/// for its capability or an older one whose kernels fit its shared memory. A GPU newer than
-/// every target (running PTX) takes the newest plan that fits it; a GPU whose shared memory
-/// holds none of them is an error that says what each would need.
-pub fn select(variants: &[Variant], cc: (u32, u32), smem_per_block: u64) -> Result<&'static LaunchPlan, Error> {
+/// The plans a GPU of compute capability `cc` (major, minor) that lets one block opt in to
+/// `smem_per_block` bytes of shared memory runs: those of the first target in `variants`
+/// (newest first) meant for its capability or an older one whose kernels all fit its shared
+/// memory. A GPU newer than every target (running PTX) takes the newest plans that fit it; a
+/// GPU whose shared memory holds none of them is an error that says what each would need.
+pub fn for_device(
+    variants: &'static [Variant],
+    cc: (u32, u32),
+    smem_per_block: u64,
+) -> Result<&'static [Variant], Error> {
     let number = cc.0.saturating_mul(10).saturating_add(cc.1);
-    let fits = |v: &Variant| v.min_cc <= number && u64::from(v.plan.smem_bytes()) <= smem_per_block;
-    if let Some(v) = variants.iter().find(|v| fits(v)) {
-        return Ok(v.plan);
+    // A target's plans come together; it serves the GPU when every one of them fits, so that
+    // which plan runs never depends on the extents' fitting.
+    let mut start = 0;
+    while start < variants.len() {
+        let target = variants[start].target;
+        let len = variants[start..].iter().take_while(|v| v.target == target).count();
+        let group = &variants[start..start + len];
+        if group.iter().all(|v| v.min_cc <= number && u64::from(v.plan.smem_bytes()) <= smem_per_block) {
+            return Ok(group);
+        }
+        start += len;
     }
     let Some(first) = variants.first() else {
         return Err(Error::InvalidPlan { kernel: "?", reason: "a kernel module lists no plans".into() });
@@ -107,6 +124,48 @@ pub fn select(variants: &[Variant], cc: (u32, u32), smem_per_block: u64) -> Resu
         })
         .collect();
     Err(Error::NoPlanFits { kernel: first.plan.kernel, have: cc, smem_per_block, plans: plans.join("; ") })
+}
+
+/// The plan a call with these dynamic extents runs on that GPU: the one of [`for_device`]'s
+/// plans made nearest to them ([`nearest`]).
+pub fn select(
+    variants: &'static [Variant],
+    cc: (u32, u32),
+    smem_per_block: u64,
+    dynamic: &[usize],
+) -> Result<&'static LaunchPlan, Error> {
+    Ok(nearest(for_device(variants, cc, smem_per_block)?, dynamic).plan)
+}
+
+/// The entry of `variants` (one target's, from [`for_device`]) made for the extents nearest
+/// to `dynamic`: the smallest sum over dynamic dims of |ln(extent ÷ planned extent)|, so that
+/// twice and half as large are equally far; the first on a tie (the declared extents come
+/// first). Allocates nothing: a launcher calls it on every launch. `variants` must not be
+/// empty ([`for_device`] never returns an empty list); [`nearest_index`] of an empty list is 0.
+pub fn nearest<'v>(variants: &'v [Variant], dynamic: &[usize]) -> &'v Variant {
+    &variants[nearest_index(variants, dynamic)]
+}
+
+/// The index of [`nearest`] in `variants`.
+pub fn nearest_index(variants: &[Variant], dynamic: &[usize]) -> usize {
+    let distance = |v: &Variant| -> f64 {
+        v.at.iter()
+            .zip(dynamic)
+            .map(|(&planned, &have)| ((have.max(1) as f64).ln() - (planned.max(1) as f64).ln()).abs())
+            .sum()
+    };
+    let mut best = 0;
+    let mut best_distance = f64::INFINITY;
+    for (i, v) in variants.iter().enumerate() {
+        // Equal distances computed through different logarithms may differ in the last bit;
+        // a margin keeps such a tie a tie.
+        let d = distance(v);
+        if d < best_distance - 1e-9 {
+            best = i;
+            best_distance = d;
+        }
+    }
+    best
 }
 
 /// An index tensor of a plan and what its entries must satisfy. Kernels clamp every entry
@@ -1357,13 +1416,59 @@ mod select_tests {
     static SM80: LaunchPlan = plan(&[launch("k_sm80_0", 139_520)]);
     /// The plans of the default build, newest first, as a generated module lists them.
     static PLANS: [Variant; 3] = [
-        Variant { target: "sm_90", min_cc: 90, plan: &SM90 },
-        Variant { target: "sm_86", min_cc: 86, plan: &SM86 },
-        Variant { target: "sm_80", min_cc: 80, plan: &SM80 },
+        Variant { target: "sm_90", min_cc: 90, at: &[], plan: &SM90 },
+        Variant { target: "sm_86", min_cc: 86, at: &[], plan: &SM86 },
+        Variant { target: "sm_80", min_cc: 80, at: &[], plan: &SM80 },
     ];
 
     fn pick(cc: (u32, u32), smem: u64) -> Result<&'static str, String> {
-        select(&PLANS, cc, smem).map(|p| p.launches[0].symbol).map_err(|e| e.to_string())
+        select(&PLANS, cc, smem, &[]).map(|p| p.launches[0].symbol).map_err(|e| e.to_string())
+    }
+
+    static B16: LaunchPlan = plan(&[launch("k_0", 1024)]);
+    static B64: LaunchPlan = plan(&[launch("k_b64_0", 1024)]);
+    static B256: LaunchPlan = plan(&[launch("k_b256_0", 200_000)]);
+    static B16_SM80: LaunchPlan = plan(&[launch("k_sm80_0", 1024)]);
+    /// A kernel declared `b: dyn 16 | 64 | 256, l: dyn 4096 | 512` for sm_90 and sm_80, where
+    /// sm_80's plan is the same at every extent and sm_90's at b=16 is its plan at l=512 too.
+    static BY_EXTENT: [Variant; 8] = [
+        Variant { target: "sm_90", min_cc: 90, at: &[16, 4096], plan: &B16 },
+        Variant { target: "sm_90", min_cc: 90, at: &[16, 512], plan: &B16 },
+        Variant { target: "sm_90", min_cc: 90, at: &[64, 4096], plan: &B64 },
+        Variant { target: "sm_90", min_cc: 90, at: &[256, 4096], plan: &B256 },
+        Variant { target: "sm_80", min_cc: 80, at: &[16, 4096], plan: &B16_SM80 },
+        Variant { target: "sm_80", min_cc: 80, at: &[64, 4096], plan: &B16_SM80 },
+        Variant { target: "sm_80", min_cc: 80, at: &[256, 4096], plan: &B16_SM80 },
+        Variant { target: "sm_80", min_cc: 80, at: &[16, 512], plan: &B16_SM80 },
+    ];
+
+    fn pick_at(cc: (u32, u32), smem: u64, b: usize, l: usize) -> Result<&'static str, String> {
+        select(&BY_EXTENT, cc, smem, &[b, l]).map(|p| p.launches[0].symbol).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_call_runs_the_plan_made_nearest_to_its_extents() {
+        // The planned extents themselves.
+        assert_eq!(pick_at((9, 0), 232_448, 16, 4096), Ok("k_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 64, 4096), Ok("k_b64_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 256, 4096), Ok("k_b256_0"));
+        // Nearest on the log scale: 31 is nearer 16 than 64 (ln 31/16 = 0.66 < ln 64/31 = 0.72),
+        // 33 nearer 64; 128 is as far from 64 as from 256, and the first listed wins.
+        assert_eq!(pick_at((9, 0), 232_448, 31, 4096), Ok("k_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 33, 4096), Ok("k_b64_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 128, 4096), Ok("k_b64_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 100_000, 4096), Ok("k_b256_0"));
+        // Every dynamic dim counts: b=40 with a short context is nearest (16, 512).
+        assert_eq!(pick_at((9, 0), 232_448, 40, 600), Ok("k_0"));
+        assert_eq!(pick_at((9, 0), 232_448, 40, 4000), Ok("k_b64_0"));
+        // A zero extent is measured as 1 (it launches nothing, but must not pick NaN).
+        assert_eq!(pick_at((9, 0), 232_448, 0, 4096), Ok("k_0"));
+        // sm_90's b=256 plan does not fit a GPU with 99 KiB per block: that GPU takes a
+        // target all of whose plans fit, whatever the extents.
+        assert_eq!(pick_at((9, 0), 101_376, 16, 4096), Ok("k_sm80_0"));
+        assert_eq!(pick_at((8, 0), 166_912, 256, 4096), Ok("k_sm80_0"));
+        assert_eq!(for_device(&BY_EXTENT, (9, 0), 232_448).map(<[Variant]>::len).ok(), Some(4));
+        assert_eq!(for_device(&BY_EXTENT, (8, 6), 101_376).map(<[Variant]>::len).ok(), Some(4));
     }
 
     #[test]
@@ -1386,7 +1491,7 @@ mod select_tests {
         assert!(err.contains("kernel `k` has no plan for this GPU (compute capability 8.0, 65536 bytes"), "{err}");
         assert!(err.contains("sm_90 (compute capability 9.0 or newer, 200000 bytes"), "{err}");
         assert!(err.contains("sm_80 (compute capability 8.0 or newer, 139520 bytes"), "{err}");
-        assert!(select(&[], (9, 0), 232_448).is_err());
+        assert!(select(&[], (9, 0), 232_448, &[]).is_err());
         assert_eq!(SM90.smem_bytes(), 200_000);
     }
 }

@@ -108,7 +108,9 @@ pub(crate) fn build(job: &Job, opts: &Options, arches: &ArchSet, cache_root: &Pa
     }
     let start = Instant::now();
     let variants = guarded("search and scheduling", || {
-        pipeline::compile_variants(&job.graph, opts, &arches.plan_targets()).map_err(|e| e.to_string())
+        // The declaration was checked at every one of its extents when it was read.
+        let points = cleave_core::front::points(&job.decl).map_err(|e| e.message)?;
+        pipeline::compile_points(&job.graph, &points, opts, &arches.plan_targets()).map_err(|e| e.to_string())
     })?;
     let generated = guarded("code generation", || generate(job, &variants, arches, start))?;
     let entry = json!({
@@ -160,34 +162,68 @@ fn load(path: &Path, name: &str) -> Option<Generated> {
 
 fn generate(job: &Job, variants: &[Variant], arches: &ArchSet, start: Instant) -> Result<Generated, String> {
     let name = &job.decl.name;
-    let launches: Vec<(&cleave_core::plan::Launch, Option<u32>)> =
-        variants.iter().map(|v| (v.compiled.best(), arches.code_floor(v.min_cc))).collect();
-    let cuda = cuda::emit_launches(&launches, name);
+    // A plan that shares another's kernels adds no code.
+    let launches: Vec<(&cleave_core::plan::Launch, Option<u32>)> = variants
+        .iter()
+        .filter(|v| v.shares.is_none())
+        .map(|v| (v.compiled.best(), arches.code_floor(v.min_cc)))
+        .collect();
+    // The host emulation runs the first target's plans.
+    let hosted =
+        variants.iter().take_while(|v| v.targets == variants[0].targets).filter(|v| v.shares.is_none()).count();
+    let cuda = cuda::emit_plans(&launches, hosted, name);
     let mut plans = Vec::new();
     let mut targets = serde_json::Map::new();
     let mut summary = Vec::new();
+    // The lock's key of each plan: its targets, and the extents it was made for.
+    let key = |v: &Variant| {
+        let target = v.targets.join(", ");
+        if v.at.is_empty() {
+            target
+        } else {
+            let at: Vec<String> = v.at.iter().map(|(n, x)| format!("{n}={x}")).collect();
+            format!("{target} at {}", at.join(", "))
+        }
+    };
     for v in variants {
         let target = v.targets.join(", ");
         let plan = plan_data(v.compiled.best(), name).map_err(|e| e.to_string())?;
-        let (lock, lines) = describe(v);
-        targets.insert(target.clone(), lock);
         if variants.len() > 1 {
-            summary.push(format!("for {target} (compute capability {}.{} and newer):", v.min_cc / 10, v.min_cc % 10));
+            summary.push(format!("for {} (compute capability {}.{} and newer):", key(v), v.min_cc / 10, v.min_cc % 10));
         }
-        summary.extend(lines);
-        plans.push(TargetPlan { target, min_cc: v.min_cc, plan });
+        match v.shares {
+            Some(j) => {
+                let same = key(&variants[j]);
+                summary.push(format!("the plan for {same}"));
+                targets.insert(key(v), json!({ "same_plan_as": same }));
+            }
+            None => {
+                let (lock, lines) = describe(v);
+                targets.insert(key(v), lock);
+                summary.extend(lines);
+            }
+        }
+        plans.push(TargetPlan { target, min_cc: v.min_cc, plan, shares: v.shares });
     }
     // Host entry points carry a hash of the source: kernels of the same name in two crates of
     // one binary then never clash at link time, and identical ones are identical code.
     let tag = &cleave_core::hash::hex(&[cuda.as_bytes()])[..16];
+    let host_name = |symbol: &str| format!("{symbol}_{tag}");
     let renames: Vec<(String, String)> = plans
         .iter()
+        .filter(|p| p.shares.is_none())
         .flat_map(|p| &p.plan.launches)
-        .map(|l| (l.symbol.clone(), format!("{}_{tag}", l.symbol)))
+        .map(|l| (l.symbol.clone(), host_name(&l.symbol)))
         .collect();
-    // The host emulation runs the first plan.
-    let host_symbols: Vec<String> =
-        renames.iter().take(plans[0].plan.launches.len()).map(|(_, r)| format!("cleave_emu_{r}")).collect();
+    // The host emulation runs the first target's plans.
+    let host_symbols: Vec<Vec<String>> = plans
+        .iter()
+        .take_while(|p| p.target == plans[0].target)
+        .map(|p| match p.shares {
+            Some(_) => Vec::new(),
+            None => p.plan.launches.iter().map(|l| format!("cleave_emu_{}", host_name(&l.symbol))).collect(),
+        })
+        .collect();
     let lock = json!({
         "declaration": cleave_core::front::tokens::fingerprint(&job.decl),
         "targets": targets,

@@ -15,6 +15,11 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
     let module = load(&o.file)?;
     let (decl, graph) = kernel(&module, o.required("kernel")?)?;
     let decl = decl.clone();
+    let at_graph = match o.value("at") {
+        Some(spec) => Some(at(&decl, spec).map_err(|e| UserError(format!("--at: {e}")))?),
+        None => None,
+    };
+    let graph = at_graph.as_ref().unwrap_or(graph);
     let opts = options(o)?;
     let c = with_progress(format!("compiling `{}`: search and schedule", graph.name), || compile(graph, &opts))
         .map_err(|e| {
@@ -42,4 +47,37 @@ pub(crate) fn options(o: &Opts) -> Result<Options, UserError> {
     .map_err(|e| UserError(format!("--arch: {e}")))?;
     opts.archs = arches.budgets();
     Ok(opts)
+}
+
+/// The declaration at other extents of its dynamic dims (`b=64,l=8192`): what a build plans
+/// for an `also` extent, for any extent.
+fn at(decl: &cleave_core::front::KernelDecl, spec: &str) -> Result<cleave_core::graph::ValidGraph, String> {
+    let mut at_decl = decl.clone();
+    let mut given: Vec<&str> = Vec::new();
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (name, value) = part.split_once('=').ok_or_else(|| format!("expects name=value pairs, got `{part}`"))?;
+        let name = name.trim();
+        if given.contains(&name) {
+            return Err(format!("`{name}` is given twice"));
+        }
+        given.push(name);
+        let d = at_decl
+            .dims
+            .iter_mut()
+            .find(|d| d.name == name)
+            .ok_or_else(|| format!("`{name}` is not a dim of `{}`", decl.name))?;
+        if !d.dynamic && d.per_request.is_none() {
+            return Err(format!("`{name}` is static ({}) and cannot change", d.value));
+        }
+        d.value = value
+            .trim()
+            .parse::<i128>()
+            .ok()
+            .filter(|x| *x >= 1 && *x < (1 << 31))
+            .ok_or_else(|| format!("`{name}` must be an integer in 1..2^31, got `{value}`"))?;
+    }
+    for d in &mut at_decl.dims {
+        d.also.clear();
+    }
+    cleave_core::front::lower(&at_decl).map_err(|e| e.message)
 }

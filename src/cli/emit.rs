@@ -39,11 +39,11 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
             let archs = super::compile::options(o)?.archs;
             let names: Vec<&str> = archs.iter().map(|a| a.name).collect();
             let min_cc = if archs.iter().any(|a| a.name == "sm_80") { 80 } else { 90 };
-            let plans = [TargetPlan { target: names.join(", "), min_cc, plan }];
+            let plans = [TargetPlan { target: names.join(", "), min_cc, plan, shares: None }];
             let text = module(&ModuleSpec {
                 decl: &decl,
                 plans: &plans,
-                host_symbols: &host,
+                host_symbols: &[host],
                 fatbin: "::core::option::Option::None",
                 summary: &[],
             })

@@ -34,6 +34,14 @@ fn command() -> Command {
     let value = |name: &'static str, value_name: &'static str, help: &'static str| {
         Arg::new(name).long(name).value_name(value_name).help(help)
     };
+    let at = || {
+        value(
+            "at",
+            "NAME=N,...",
+            "plan for these extents of dynamic dims instead of the declared ones, as a build does for an \
+             `also` extent (e.g. b=64)",
+        )
+    };
     Command::new("cleave")
         .version(env!("CARGO_PKG_VERSION"))
         .about("Ahead-of-time fused-kernel compiler: search, schedule, generate and emulate kernels")
@@ -51,20 +59,20 @@ fn command() -> Command {
         .subcommand(
             Command::new("schedule")
                 .about("Run the scheduling phase: the candidates, best first, and the chosen program")
-                .args([file(), kernel(), json(), no_split(), arch()])
+                .args([file(), kernel(), json(), no_split(), arch(), at()])
                 .arg(value("rank", "N", "print the program of the candidate of this rank instead")),
         )
         .subcommand(
             Command::new("emit")
                 .about("Write the generated sources of one kernel")
-                .args([file(), kernel(), no_split(), arch()])
+                .args([file(), kernel(), no_split(), arch(), at()])
                 .arg(value("target", "cuda|tilelang|rust", "what to generate").required(true))
                 .arg(value("out", "DIR", "the directory to write to").required(true)),
         )
         .subcommand(
             Command::new("explain")
                 .about("Every stage, readable: graphs, cost table, program")
-                .args([file(), kernel(), no_split(), arch()])
+                .args([file(), kernel(), no_split(), arch(), at()])
                 .arg(value(
                     "svg",
                     "DIR",
@@ -79,7 +87,7 @@ fn command() -> Command {
                      races, hazards and out-of-bounds accesses, against the f64 reference; prints \
                      max_rel_err=<x> last",
                 )
-                .args([file(), kernel(), no_split(), arch()])
+                .args([file(), kernel(), no_split(), arch(), at()])
                 .arg(value("backend", "emulate", "where to run (the host emulator)"))
                 .arg(value("dims", "NAME=N,...", "extents of dynamic dims, e.g. s=256,l=512"))
                 .arg(value("seed", "N", "the seed of the random inputs"))

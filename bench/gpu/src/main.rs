@@ -48,7 +48,10 @@ mod dispatch {
 
     pub(crate) struct Dispatch {
         pub(crate) name: &'static str,
+        /// The plan made for the declared extents, whose dims and tensors every plan shares.
         pub(crate) plan: &'static LaunchPlan,
+        /// Every plan, by GPU and by the extents it was made for.
+        pub(crate) plans: &'static [cleave::runtime::Variant],
         /// The embedded GPU binary the plan's functions come from.
         pub(crate) fatbin: Option<&'static cleave::runtime::cuda::Fatbin>,
         pub(crate) cuda: CudaFn,
@@ -475,7 +478,9 @@ fn time_all(args: &Args, kernels: &[&Kernel], gpu: &Gpu) -> Result<bool, BenchEr
     for k in kernels {
         for (index, extents) in k.bench_cases(args.bench_dims.as_ref()).iter().enumerate() {
             let b = k.bindings(extents);
-            let plan = k.dispatch.plan;
+            // The plan this device runs at these extents (the declared one if it cannot say).
+            let plan = cleave::runtime::cuda::select(gpu.stream.context(), k.dispatch.plans, &k.dynamic_values(&b))
+                .unwrap_or(k.dispatch.plan);
             let launches: Vec<Value> = plan
                 .launches
                 .iter()
@@ -553,7 +558,7 @@ fn time_one(
     // The same call with each split count pinned, where the launcher chooses one: what the
     // launcher's rule is measured against. A count these extents do not allow is recorded as
     // refused; the launcher's own choice is the count its extents hold.
-    let plan = k.dispatch.plan;
+    let plan = cleave::runtime::cuda::select(gpu.stream.context(), k.dispatch.plans, &dynamic)?;
     let derived = plan.dims.iter().position(|d| d.derive.is_some());
     if let (Some(at), false) = (derived, args.splits.is_empty()) {
         // The count a launch on this device chooses: for its SMs and for how many blocks of

@@ -56,8 +56,12 @@ pub struct TargetPlan {
     pub target: String,
     /// The lowest compute capability it is meant for (86 for 8.6).
     pub min_cc: u32,
-    /// The launch plan of the schedule chosen for them.
+    /// The launch plan of the schedule chosen for them, at the extents it was made for (its
+    /// dynamic dims' values, which the launcher measures a call's extents against).
     pub plan: PlanData,
+    /// The index in the list of the plan for the same targets whose kernels this one's are
+    /// (made for other extents, it came out the same): it is launched as that one.
+    pub shares: Option<usize>,
 }
 
 /// Everything the launcher module of one kernel is made from.
@@ -65,11 +69,13 @@ pub struct TargetPlan {
 pub struct ModuleSpec<'a> {
     /// The declaration as written (for names and docs).
     pub decl: &'a KernelDecl,
-    /// The plans, newest GPU first (at least one). The launchers run the one the device picks;
-    /// the host emulation runs the first.
+    /// The plans, newest GPU first (at least one), each target's together, its declared
+    /// extents first. The launchers run the one the device and the extents pick; the host
+    /// emulation runs the first target's.
     pub plans: &'a [TargetPlan],
-    /// The host-emulation entry point of each launch of the first plan, in order.
-    pub host_symbols: &'a [String],
+    /// Per plan of the first target (the leading plans with its name): the host-emulation
+    /// entry point of each of its launches, in order (empty for one that shares another's).
+    pub host_symbols: &'a [Vec<String>],
     /// A Rust expression of type `Option<::cleave::runtime::cuda::Fatbin>`: the embedded GPU
     /// binary holding the plan's kernels.
     pub fatbin: &'a str,
@@ -88,6 +94,10 @@ const TAKEN: &[&str] = &[
     "plan",
     "FATBIN",
     "HOST",
+    "HOSTS",
+    "host_plan",
+    "plan_at",
+    "chosen",
     "Dims",
     "Strides",
     "strides",
@@ -140,7 +150,7 @@ const SAFETY: &[(&str, &str)] = &[
     ("let loaded = unsafe {", "FATBIN was compiled from the same generated source as PLANS."),
     (
         "unsafe { args.run(",
-        "HOST holds the host-emulation build of the same generated source as PLAN, one entry point per launch, in order.",
+        "HOSTS[chosen] holds the host-emulation build of the same generated source as PLANS[chosen].plan, one entry point per launch, in order.",
     ),
 ];
 
@@ -226,12 +236,27 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     if let Some(other) = spec.plans.iter().find(|p| signature(&p.plan) != signature(plan) || p.plan.kernel != *kernel) {
         return fail(format!("the plan for {} takes other arguments than the plan for {}", other.target, first.target));
     }
-    if spec.host_symbols.len() != plan.launches.len() {
-        return fail(format!(
-            "{} host entry points were given for {} launches",
-            spec.host_symbols.len(),
-            plan.launches.len()
-        ));
+    // The first target's plans, which the host emulation runs.
+    let hosted = spec.plans.iter().take_while(|p| p.target == first.target).count();
+    if spec.host_symbols.len() != hosted {
+        return fail(format!("host entry points were given for {} plans of {hosted}", spec.host_symbols.len()));
+    }
+    for (p, symbols) in spec.plans.iter().zip(spec.host_symbols) {
+        if p.shares.is_none() && symbols.len() != p.plan.launches.len() {
+            return fail(format!(
+                "{} host entry points were given for {} launches",
+                symbols.len(),
+                p.plan.launches.len()
+            ));
+        }
+    }
+    for (i, p) in spec.plans.iter().enumerate() {
+        if let Some(j) = p.shares {
+            let ok = j < i && spec.plans[j].shares.is_none() && spec.plans[j].target == p.target;
+            if !ok {
+                return fail(format!("plan {i} shares plan {j}, which is not an earlier plan of its targets"));
+            }
+        }
     }
     if spec.decl.name != *kernel {
         return fail(format!("the declaration is named `{}`", spec.decl.name));
@@ -257,6 +282,7 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     // Parameter names: the tensor names, made distinct from the module's own names.
     let mut used: Vec<String> = TAKEN.iter().map(|s| s.to_string()).collect();
     used.extend((1..spec.plans.len()).map(|i| format!("PLAN_{i}")));
+    used.extend((1..spec.plans.len()).map(|i| format!("HOST_{i}")));
     let mut param = |name: &str| {
         let mut p = name.to_string();
         while used.contains(&p) {
@@ -370,14 +396,26 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     let _ = writeln!(out, "}}\n}}\n}}");
 
     // The plan, the fatbin and the host entry points.
+    // Where each entry's plan is and the extents it was made for.
+    let own = |i: usize| spec.plans[i].shares.unwrap_or(i);
+    let plan_name = |i: usize| if own(i) == 0 { "PLAN".to_string() } else { format!("PLAN_{}", own(i)) };
+    let made_for = |p: &PlanData| -> String {
+        let at: Vec<String> = p.dims.iter().filter(|d| d.dynamic).map(|d| format!("{}={}", d.name, d.value)).collect();
+        if at.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", at.join(", "))
+        }
+    };
     let _ = writeln!(
         out,
-        "/// The launch sequence made for {}: the first of `PLANS`, and the one `run_host` executes.",
-        first.target
+        "/// The launch sequence made for {}{}: the first of `PLANS`.",
+        first.target,
+        made_for(&first.plan)
     );
     let _ = writeln!(out, "pub static PLAN: {rt}::LaunchPlan = {};", plan.to_rust(rt));
-    for (i, p) in spec.plans.iter().enumerate().skip(1) {
-        let _ = writeln!(out, "/// The launch sequence made for {}.", p.target);
+    for (i, p) in spec.plans.iter().enumerate().skip(1).filter(|(_, p)| p.shares.is_none()) {
+        let _ = writeln!(out, "/// The launch sequence made for {}{}.", p.target, made_for(&p.plan));
         let _ = writeln!(out, "static PLAN_{i}: {rt}::LaunchPlan = {};", p.plan.to_rust(rt));
     }
     let variants: Vec<String> = spec
@@ -385,34 +423,50 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let name = if i == 0 { "PLAN".to_string() } else { format!("PLAN_{i}") };
-            format!("{rt}::Variant {{ target: {:?}, min_cc: {}, plan: &{name} }}", p.target, p.min_cc)
+            let at: Vec<String> = p.plan.dims.iter().filter(|d| d.dynamic).map(|d| d.value.to_string()).collect();
+            format!(
+                "{rt}::Variant {{ target: {:?}, min_cc: {}, at: &[{}], plan: &{} }}",
+                p.target,
+                p.min_cc,
+                at.join(", "),
+                plan_name(i)
+            )
         })
         .collect();
     let _ = writeln!(
         out,
-        "/// Every plan of the kernel, newest GPU first: `launch` and `load` run the first one meant for"
+        "/// Every plan of the kernel, newest GPU first, each GPU's together: `launch` and `load` run the"
     );
     let _ = writeln!(
         out,
-        "/// the device's compute capability whose shared memory fits it (`cleave::runtime::plan::select`)."
+        "/// first GPU whose compute capability and shared memory fit all of its plans, and of those the one"
     );
+    let _ = writeln!(out, "/// made nearest to a call's extents (`cleave::runtime::plan::select`).");
     let _ = writeln!(out, "pub static PLANS: [{rt}::Variant; {}] = [{}];", variants.len(), variants.join(", "));
     let _ =
         writeln!(out, "/// The GPU binary holding this kernel's code; `None` when the crate was built without nvcc.");
     let _ = writeln!(out, "pub static FATBIN: ::core::option::Option<{rt}::cuda::Fatbin> = {};", spec.fatbin);
     let _ = writeln!(out, "mod host_entry {{");
     let _ = writeln!(out, "unsafe extern \"C\" {{");
-    for symbol in spec.host_symbols {
+    for symbol in spec.host_symbols.iter().flatten() {
         let _ = writeln!(
             out,
             "pub fn {symbol}(launch: *const {rt}::host::EmuLaunch, args: *const *mut ::core::ffi::c_void) -> ::core::ffi::c_int;"
         );
     }
     let _ = writeln!(out, "}}\n}}");
-    let host: Vec<String> = spec.host_symbols.iter().map(|s| format!("host_entry::{s}")).collect();
-    let _ = writeln!(out, "/// The host-emulation build of each launch of `PLAN`, in order.");
-    let _ = writeln!(out, "static HOST: [{rt}::host::EmuFn; {}] = [{}];", host.len(), host.join(", "));
+    let host_name = |i: usize| if own(i) == 0 { "HOST".to_string() } else { format!("HOST_{}", own(i)) };
+    for (i, symbols) in spec.host_symbols.iter().enumerate().filter(|&(i, _)| spec.plans[i].shares.is_none()) {
+        let host: Vec<String> = symbols.iter().map(|s| format!("host_entry::{s}")).collect();
+        let _ = writeln!(out, "/// The host-emulation build of each launch of `{}`, in order.", plan_name(i));
+        let _ = writeln!(out, "static {}: [{rt}::host::EmuFn; {}] = [{}];", host_name(i), host.len(), host.join(", "));
+    }
+    let hosts: Vec<String> = (0..spec.host_symbols.len()).map(|i| format!("&{}", host_name(i))).collect();
+    let _ = writeln!(
+        out,
+        "/// The host-emulation builds of the first {hosted} entries of `PLANS` (the first GPU's plans)."
+    );
+    let _ = writeln!(out, "static HOSTS: [&[{rt}::host::EmuFn]; {hosted}] = [{}];", hosts.join(", "));
 
     let extents = format!("&[{}]", dynamic.iter().map(|d| format!("dims.{d}")).collect::<Vec<_>>().join(", "));
     // The runtime extents, so that a launcher's docs say which axes one compile serves.
@@ -503,7 +557,7 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     tensor_params(&mut params);
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "launch", &params, "()");
-    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS)?;");
+    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS, {extents})?;");
     let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(plan, stream, {extents})?;");
     let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
@@ -511,7 +565,7 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     views_doc(&mut out, "launch");
     params.push("strides: &Strides".to_string());
     open_fn(&mut out, "launch_strided", &params, "()");
-    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS)?;");
+    let _ = writeln!(out, "let plan = {rt}::cuda::select(stream.context(), &PLANS, {extents})?;");
     let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(plan, stream, {extents})?;");
     let _ = writeln!(out, "{strided_chain};");
     let _ = writeln!(out, "unsafe {{ args.launch(FATBIN.as_ref()) }}");
@@ -520,7 +574,7 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     // workspace_bytes, load and Kernel
     doc(&mut out, "The bytes of workspace a `Kernel::launch` with these extents needs on any GPU: 0 unless a");
     doc(&mut out, "chosen configuration splits a reduction, whose partials live there (the largest of the plans;");
-    doc(&mut out, "`Kernel::workspace_bytes` gives the loaded plan's own).");
+    doc(&mut out, "`Kernel::workspace_bytes` gives that of the loaded plan these extents run).");
     open_fn(&mut out, "workspace_bytes", &["dims: Dims".to_string()], "u64");
     let _ = writeln!(out, "{rt}::cuda::workspace_bytes_any(&PLANS, {extents})");
     let _ = writeln!(out, "}}");
@@ -535,14 +589,21 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
         out,
         "pub fn load(ctx: &::std::sync::Arc<{driver}::CudaContext>) -> ::core::result::Result<Kernel, ::cleave::Error> {{"
     );
-    let _ = writeln!(out, "let plan = {rt}::cuda::select(ctx, &PLANS)?;");
-    let _ = writeln!(out, "let loaded = unsafe {{ {rt}::cuda::Loaded::new(ctx, FATBIN.as_ref(), plan) }}?;");
+    let _ =
+        writeln!(out, "let loaded = unsafe {{ {rt}::cuda::Loaded::with_variants(ctx, FATBIN.as_ref(), &PLANS) }}?;");
     let _ = writeln!(out, "::core::result::Result::Ok(Kernel(loaded))");
     let _ = writeln!(out, "}}");
     let _ = writeln!(out, "impl Kernel {{");
-    doc(&mut out, "The plan the device picked when this was loaded (one of `PLANS`).");
+    doc(&mut out, "The plan the device picked when this was loaded (one of `PLANS`), for the declared extents.");
     let _ = writeln!(out, "pub fn plan(&self) -> &'static {rt}::LaunchPlan {{ self.0.plan() }}");
-    doc(&mut out, "The bytes of workspace `launch` with these extents needs under the loaded plan.");
+    doc(&mut out, "The plan `launch` runs at these extents: of the device's plans, the one made nearest to them.");
+    let _ = writeln!(out, "pub fn plan_at(&self, dims: Dims) -> &'static {rt}::LaunchPlan {{");
+    if dynamic.is_empty() {
+        let _ = writeln!(out, "let _ = dims;");
+    }
+    let _ = writeln!(out, "self.0.plan_at({extents})");
+    let _ = writeln!(out, "}}");
+    doc(&mut out, "The bytes of workspace `launch` with these extents needs, under the plan it runs for them.");
     open_fn(&mut out, "workspace_bytes", &["&self".to_string(), "dims: Dims".to_string()], "u64");
     let _ = writeln!(out, "self.0.workspace_bytes({extents})");
     let _ = writeln!(out, "}}");
@@ -559,20 +620,27 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     params.push(format!("workspace: &mut {rt}::cuda::Workspace"));
     params.push("dims: Dims".to_string());
     open_fn(&mut out, "launch", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan(), stream, {extents})?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan_at({extents}), stream, {extents})?;");
     let _ = writeln!(out, "{device_chain};");
     let _ = writeln!(out, "self.0.launch(args, workspace)");
     let _ = writeln!(out, "}}");
     views_doc(&mut out, "Kernel::launch");
     params.push("strides: &Strides".to_string());
     open_fn(&mut out, "launch_strided", &params, "()");
-    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan(), stream, {extents})?;");
+    let _ = writeln!(out, "let mut args = {rt}::cuda::Args::new(self.0.plan_at({extents}), stream, {extents})?;");
     let _ = writeln!(out, "{strided_chain};");
     let _ = writeln!(out, "self.0.launch(args, workspace)");
     let _ = writeln!(out, "}}");
     let _ = writeln!(out, "}}");
 
-    // run_host
+    // host_plan and run_host
+    doc(&mut out, "The plan `run_host` runs at these extents: of the first GPU's plans, the one made nearest to them.");
+    let _ = writeln!(out, "pub fn host_plan(dims: Dims) -> &'static {rt}::LaunchPlan {{");
+    if dynamic.is_empty() {
+        let _ = writeln!(out, "let _ = dims;");
+    }
+    let _ = writeln!(out, "PLANS[{rt}::plan::nearest_index(&PLANS[..{hosted}], {extents})].plan");
+    let _ = writeln!(out, "}}");
     doc(&mut out, &format!("Runs kernel `{kernel}` on the CPU through the host emulation of its generated CUDA."));
     doc(&mut out, "");
     doc(&mut out, "Same arguments and checks as `launch`, on host slices:");
@@ -602,9 +670,10 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     for (p, _) in &outputs {
         let _ = write!(chain, ".output({p})?");
     }
-    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(&PLAN, {extents})?;");
+    let _ = writeln!(out, "let chosen = {rt}::plan::nearest_index(&PLANS[..{hosted}], {extents});");
+    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(PLANS[chosen].plan, {extents})?;");
     let _ = writeln!(out, "{chain};");
-    let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
+    let _ = writeln!(out, "unsafe {{ args.run(HOSTS[chosen], {HOST_SEED}) }}");
     let _ = writeln!(out, "}}");
     views_doc(&mut out, "run_host");
     params.push("strides: &Strides".to_string());
@@ -626,9 +695,10 @@ pub fn module_text(spec: &ModuleSpec<'_>) -> Result<String, RustGenError> {
     for (p, _) in &outputs {
         let _ = write!(chain, ".output_strided({p}, &strides.{p})?");
     }
-    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(&PLAN, {extents})?;");
+    let _ = writeln!(out, "let chosen = {rt}::plan::nearest_index(&PLANS[..{hosted}], {extents});");
+    let _ = writeln!(out, "let mut args = {rt}::host::Args::new(PLANS[chosen].plan, {extents})?;");
     let _ = writeln!(out, "{chain};");
-    let _ = writeln!(out, "unsafe {{ args.run(&HOST, {HOST_SEED}) }}");
+    let _ = writeln!(out, "unsafe {{ args.run(HOSTS[chosen], {HOST_SEED}) }}");
     let _ = writeln!(out, "}}");
 
     // candle_forward, written by a macro of `cleave` so that it follows that crate's features.
@@ -705,8 +775,8 @@ mod tests {
     #[test]
     fn module_is_deterministic_and_renames_clashing_parameters() {
         let (decl, plan, host) = spec_parts();
-        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan }];
-        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan, shares: None }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[host], fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
         assert_eq!(a, module(&spec).unwrap());
         assert!(a.contains("pub mod rowsum {"), "{a}");
@@ -736,8 +806,14 @@ mod tests {
     #[test]
     fn launcher_docs_give_shapes_dtypes_and_runtime_extents() {
         let (decl, plan, host) = spec_parts();
-        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone() }];
-        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone(), shares: None }];
+        let spec = ModuleSpec {
+            decl: &decl,
+            plans: &plans,
+            host_symbols: std::slice::from_ref(&host),
+            fatbin: "None",
+            summary: &[],
+        };
         let a = module(&spec).unwrap();
         let runtime = "Extents given at run time, in `dims`: `k` (scheduled for 100).";
         // `launch`, `Kernel::launch` and `run_host` take `dims`; `candle_forward` reads shapes.
@@ -747,8 +823,8 @@ mod tests {
         assert!(a.contains("The extent of `k` (scheduled for 100)."), "{a}");
         let mut fixed = plan;
         fixed.dims.iter_mut().for_each(|d| d.dynamic = false);
-        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: fixed }];
-        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: fixed, shares: None }];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[host], fatbin: "None", summary: &[] };
         let b = module(&spec).unwrap();
         assert_eq!(b.matches("Every extent is fixed at build time; `dims` has no fields.").count(), 3, "{b}");
     }
@@ -756,21 +832,42 @@ mod tests {
     #[test]
     fn inconsistent_specs_are_errors() {
         let (decl, plan, _) = spec_parts();
-        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone() }];
+        let plans = [TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone(), shares: None }];
         let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[], fatbin: "None", summary: &[] };
         let err = module(&spec).unwrap_err();
+        assert_eq!(err.to_string(), "kernel `rowsum`: host entry points were given for 0 plans of 1");
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[Vec::new()], fatbin: "None", summary: &[] };
+        let err = module(&spec).unwrap_err();
         assert_eq!(err.to_string(), "kernel `rowsum`: 0 host entry points were given for 1 launches");
+        // A plan shares only an earlier plan of its own targets.
+        let forward = [
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone(), shares: Some(1) },
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone(), shares: None },
+        ];
+        let host = vec!["h".to_string()];
+        let spec = ModuleSpec {
+            decl: &decl,
+            plans: &forward,
+            host_symbols: &[Vec::new(), host],
+            fatbin: "None",
+            summary: &[],
+        };
+        let err = module(&spec).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kernel `rowsum`: plan 0 shares plan 1, which is not an earlier plan of its targets"
+        );
         let spec = ModuleSpec { decl: &decl, plans: &[], host_symbols: &[], fatbin: "None", summary: &[] };
         assert_eq!(module(&spec).unwrap_err().to_string(), "kernel `rowsum`: no plan was given");
         // Plans that take different arguments cannot share one launcher.
         let mut other = plan.clone();
         other.dims[1].dynamic = false;
         let plans = [
-            TargetPlan { target: "sm_90".into(), min_cc: 90, plan },
-            TargetPlan { target: "sm_80".into(), min_cc: 80, plan: other },
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan, shares: None },
+            TargetPlan { target: "sm_80".into(), min_cc: 80, plan: other, shares: None },
         ];
-        let host = ["h".to_string()];
-        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let host = vec!["h".to_string()];
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[host], fatbin: "None", summary: &[] };
         assert_eq!(
             module(&spec).unwrap_err().to_string(),
             "kernel `rowsum`: the plan for sm_80 takes other arguments than the plan for sm_90"
@@ -786,10 +883,10 @@ mod tests {
         older.launches[0].symbol = "cleave_rowsum_sm80_0".into();
         older.launches[0].smem_bytes = 1024;
         let plans = [
-            TargetPlan { target: "sm_90".into(), min_cc: 90, plan },
-            TargetPlan { target: "sm_86, sm_80".into(), min_cc: 80, plan: older },
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan, shares: None },
+            TargetPlan { target: "sm_86, sm_80".into(), min_cc: 80, plan: older, shares: None },
         ];
-        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &host, fatbin: "None", summary: &[] };
+        let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[host], fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
         // Compared with the spacing collapsed and without the trailing commas the formatter adds.
         let flat = a
@@ -800,12 +897,65 @@ mod tests {
             .replace(", ]", " ]")
             .replace("( ", "(");
         assert!(flat.contains("pub static PLANS: [::cleave::runtime::Variant; 2] = ["), "{a}");
-        assert!(flat.contains("target: \"sm_90\", min_cc: 90, plan: &PLAN }"), "{a}");
-        assert!(flat.contains("target: \"sm_86, sm_80\", min_cc: 80, plan: &PLAN_1 }"), "{a}");
+        assert!(flat.contains("target: \"sm_90\", min_cc: 90, at: &[100], plan: &PLAN }"), "{a}");
+        assert!(flat.contains("target: \"sm_86, sm_80\", min_cc: 80, at: &[100], plan: &PLAN_1 }"), "{a}");
         assert!(flat.contains("symbol: \"cleave_rowsum_sm80_0\""), "{a}");
-        assert_eq!(flat.matches("::cleave::runtime::cuda::select(").count(), 3, "{a}");
+        assert_eq!(flat.matches("::cleave::runtime::cuda::select(stream.context(), &PLANS, &[dims.k])").count(), 2);
+        assert!(flat.contains("::cleave::runtime::cuda::Loaded::with_variants(ctx, FATBIN.as_ref(), &PLANS)"), "{a}");
         assert!(flat.contains("::cleave::runtime::cuda::workspace_bytes_any(&PLANS"), "{a}");
-        assert!(flat.contains("::cleave::runtime::host::Args::new(&PLAN,"), "{a}");
-        assert!(flat.contains("::cleave::runtime::cuda::Args::new(self.0.plan(),"), "{a}");
+        // The host runs the first GPU's plans only: here the one.
+        assert!(flat.contains("static HOSTS: [&[::cleave::runtime::host::EmuFn]; 1] = [&HOST]"), "{a}");
+        assert!(flat.contains("::cleave::runtime::plan::nearest_index(&PLANS[..1], &[dims.k])"), "{a}");
+        assert!(flat.contains("::cleave::runtime::host::Args::new(PLANS[chosen].plan,"), "{a}");
+        assert!(flat.contains("::cleave::runtime::cuda::Args::new(self.0.plan_at(&[dims.k]),"), "{a}");
+    }
+
+    /// Plans made for other extents of a dynamic dim sit next to their GPU's first plan; one
+    /// whose kernels came out the same as another's points at that plan and adds no code, and
+    /// the host emulation runs whichever of the first GPU's plans is nearest.
+    #[test]
+    fn plans_for_other_extents_are_listed_with_their_extents() {
+        let (decl, plan, host) = spec_parts();
+        let at = |k: u64, symbol: &str| {
+            let mut p = plan.clone();
+            p.dims.iter_mut().filter(|d| d.name == "k").for_each(|d| d.value = k);
+            p.launches[0].symbol = symbol.into();
+            p
+        };
+        let plans = [
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan: plan.clone(), shares: None },
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan: at(400, "cleave_rowsum_k400_0"), shares: None },
+            TargetPlan { target: "sm_90".into(), min_cc: 90, plan: at(1600, "cleave_rowsum_0"), shares: Some(0) },
+            TargetPlan { target: "sm_80".into(), min_cc: 80, plan: at(100, "cleave_rowsum_sm80_0"), shares: None },
+        ];
+        let host400 = vec!["cleave_emu_k400".to_string()];
+        let spec = ModuleSpec {
+            decl: &decl,
+            plans: &plans,
+            host_symbols: &[host, host400, Vec::new()],
+            fatbin: "None",
+            summary: &[],
+        };
+        let a = module(&spec).unwrap();
+        assert_eq!(a, module(&spec).unwrap());
+        let flat = a
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(", }", " }")
+            .replace(", ]", " ]")
+            .replace("( ", "(");
+        assert!(flat.contains("pub static PLANS: [::cleave::runtime::Variant; 4] = ["), "{a}");
+        assert!(flat.contains("min_cc: 90, at: &[100], plan: &PLAN }"), "{a}");
+        assert!(flat.contains("min_cc: 90, at: &[400], plan: &PLAN_1 }"), "{a}");
+        assert!(flat.contains("min_cc: 90, at: &[1600], plan: &PLAN }"), "{a}");
+        assert!(flat.contains("min_cc: 80, at: &[100], plan: &PLAN_3 }"), "{a}");
+        assert!(!flat.contains("static PLAN_2"), "{a}");
+        assert!(flat.contains("The launch sequence made for sm_90 at k=400."), "{a}");
+        assert!(flat.contains("static HOST_1: [::cleave::runtime::host::EmuFn; 1] = [host_entry::cleave_emu_k400]"));
+        assert!(flat.contains("static HOSTS: [&[::cleave::runtime::host::EmuFn]; 3] = [&HOST, &HOST_1, &HOST]"), "{a}");
+        assert!(flat.contains("::cleave::runtime::plan::nearest_index(&PLANS[..3], &[dims.k])"), "{a}");
+        assert!(flat.contains("pub fn host_plan(dims: Dims)"), "{a}");
+        assert!(flat.contains("pub fn plan_at(&self, dims: Dims)"), "{a}");
     }
 }

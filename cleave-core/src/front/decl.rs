@@ -18,6 +18,10 @@ pub struct DimDecl {
     pub dynamic: bool,
     /// `ragged:` or `paged:`: the extent differs between the requests of a batch.
     pub per_request: Option<PerRequestDecl>,
+    /// More extents of a dynamic axis to make plans for (`also: [64, 256]`, `dyn 16 | 64 |
+    /// 256`), each with its position: the launcher runs the plan made nearest to the extents
+    /// it is given.
+    pub also: Vec<(i128, Pos)>,
 }
 
 /// How a per-request dim is declared, as written.

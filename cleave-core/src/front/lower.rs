@@ -61,8 +61,129 @@ pub const FUNCTIONS: &[&str] = &[
 /// Default `eps` of `rmsnorm`.
 pub const RMSNORM_EPS: f64 = 1e-6;
 
-/// Checks one declaration and builds its graph.
+/// Most plans one kernel's extents ask for: the declared extents and every combination of
+/// the `also` extents of its dims. Each is a search and a schedule at build time and a plan
+/// in the binary.
+pub const MAX_POINTS: usize = 8;
+
+/// Checks one declaration and builds its graph. A declaration with `also` extents is checked
+/// at each of them too ([`points`]), so that every plan the build makes exists.
 pub fn lower(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
+    let graph = lower_at(decl)?;
+    if decl.dims.iter().any(|d| !d.also.is_empty()) {
+        points(decl)?;
+    }
+    Ok(graph)
+}
+
+/// One more set of extents a kernel is planned for, from the `also` extents of its dims.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// The dims whose extent differs from the declared one, with the extent, in declaration
+    /// order (`[("b", 64)]`).
+    pub at: Vec<(String, u64)>,
+    /// The declared graph at these extents.
+    pub graph: ValidGraph,
+}
+
+impl Point {
+    /// `b=64, l=8192`.
+    pub fn label(&self) -> String {
+        label(&self.at)
+    }
+
+    /// `b64_l8192`: what the symbols of this point's kernels end with.
+    pub fn suffix(&self) -> String {
+        self.at.iter().map(|(n, v)| format!("{n}{v}")).collect::<Vec<_>>().join("_")
+    }
+}
+
+/// Every set of extents besides the declared one that `decl` asks plans for: each combination
+/// of its dims' declared and `also` extents, with at least one `also` extent, in declaration
+/// order (the last dim's extents vary fastest). Errors: an `also` on a static dim, an extent
+/// out of range or given twice, more than [`MAX_POINTS`] plans, and a declaration that does
+/// not hold at one of them (reported with the extents).
+pub fn points(decl: &KernelDecl) -> Result<Vec<Point>, Diagnostic> {
+    // Per dim with `also`: its index and its extents, the declared one first.
+    let mut axes: Vec<(usize, Vec<(u64, Pos)>)> = Vec::new();
+    let mut count: usize = 1;
+    for (i, d) in decl.dims.iter().enumerate() {
+        let Some(&(_, first)) = d.also.first() else { continue };
+        if !d.dynamic && d.per_request.is_none() {
+            return Err(Diagnostic::new(
+                first,
+                format!(
+                    "dim `{}` is static; only a dynamic dim has more extents to plan for (declare it `dynamic: true`, or `{}: dyn {} | ..` inline)",
+                    d.name, d.name, d.value
+                ),
+            ));
+        }
+        let mut values = vec![(d.value as u64, d.value_pos)];
+        for &(v, pos) in &d.also {
+            if v <= 0 {
+                return Err(Diagnostic::new(pos, format!("extent {v} of dim `{}` must be positive", d.name)));
+            }
+            if v > MAX_DIM {
+                return Err(Diagnostic::new(
+                    pos,
+                    format!("extent {v} of dim `{}` is too large (the limit is {MAX_DIM})", d.name),
+                ));
+            }
+            if let Some((_, at)) = values.iter().find(|(w, _)| i128::from(*w) == v) {
+                return Err(Diagnostic::new(
+                    pos,
+                    format!("extent {v} of dim `{}` is given twice (first at {}:{})", d.name, at.line, at.col),
+                ));
+            }
+            values.push((v as u64, pos));
+        }
+        count = count.saturating_mul(values.len());
+        if count > MAX_POINTS {
+            return Err(Diagnostic::new(
+                first,
+                format!(
+                    "kernel `{}` asks for {count} or more plans with the `also` extents up to dim `{}`; at most {MAX_POINTS} are made (each is a search at build time and a plan in the binary)",
+                    decl.name, d.name
+                ),
+            ));
+        }
+        axes.push((i, values));
+    }
+    let mut out = Vec::new();
+    let mut digits = vec![0usize; axes.len()];
+    // The next combination, the last dim fastest; the all-declared one comes first and is the
+    // declaration itself.
+    while let Some(k) = (0..axes.len()).rev().find(|&k| digits[k] + 1 < axes[k].1.len()) {
+        digits[k] += 1;
+        for d in &mut digits[k + 1..] {
+            *d = 0;
+        }
+        let mut at_decl = decl.clone();
+        let mut at = Vec::new();
+        for (&(i, ref values), &digit) in axes.iter().zip(&digits) {
+            let (v, pos) = values[digit];
+            let d = &mut at_decl.dims[i];
+            if digit > 0 {
+                at.push((d.name.clone(), v));
+            }
+            d.value = i128::from(v);
+            d.value_pos = pos;
+            d.also.clear();
+        }
+        let graph =
+            lower_at(&at_decl).map_err(|e| Diagnostic::new(e.pos, format!("at {}: {}", label(&at), e.message)))?;
+        out.push(Point { at, graph });
+    }
+    Ok(out)
+}
+
+/// `b=64, l=8192`.
+fn label(at: &[(String, u64)]) -> String {
+    at.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Checks one declaration at its declared extents and builds its graph.
+fn lower_at(decl: &KernelDecl) -> Result<ValidGraph, Diagnostic> {
     if let Some(msg) = check_name(&decl.name, NameKind::Kernel) {
         return Err(Diagnostic::new(decl.name_pos, format!("kernel name: {msg}")));
     }

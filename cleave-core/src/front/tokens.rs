@@ -119,6 +119,11 @@ pub fn canonical(decl: &KernelDecl) -> String {
     let name = |a: &Option<AxisDecl>| a.as_ref().map_or("-", |a| a.name.as_str()).to_string();
     for d in &decl.dims {
         let _ = write!(s, "dim {} {} {}", d.name, d.value, if d.dynamic { "dynamic" } else { "static" });
+        // Written only when present, so that declarations without it keep their fingerprints.
+        if !d.also.is_empty() {
+            let values: Vec<String> = d.also.iter().map(|(v, _)| v.to_string()).collect();
+            let _ = write!(s, " also {}", values.join(" "));
+        }
         match &d.per_request {
             None => {}
             Some(PerRequestDecl::Ragged { indptr, .. }) => {
@@ -312,9 +317,31 @@ impl Parser {
                     ),
                 );
             }
-            let (value, value_span) = integer(&name.to_string(), rest)?;
+            // `dyn 16 | 64 | 256`: the representative extent, then more to plan for.
+            let mut parts = rest.split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == '|'));
+            let first = parts.next().unwrap_or_default();
+            if first.is_empty() {
+                return error(
+                    name.span(),
+                    format!("dim `{name}` needs an extent before `|`, e.g. `{name}: dyn 16 | 64`"),
+                );
+            }
+            let (value, value_span) = integer(&name.to_string(), first)?;
             let value_pos = self.at(value_span);
-            out.push(DimDecl { name: name.to_string(), pos, value, value_pos, dynamic, per_request });
+            let mut also = Vec::new();
+            for part in parts {
+                if part.is_empty() {
+                    return error(
+                        name.span(),
+                        format!(
+                            "dim `{name}` has an empty alternative; write its extents as `{name}: dyn 16 | 64 | 256`"
+                        ),
+                    );
+                }
+                let (v, span) = integer(&name.to_string(), part)?;
+                also.push((v, self.at(span)));
+            }
+            out.push(DimDecl { name: name.to_string(), pos, value, value_pos, dynamic, per_request, also });
         }
         Ok(out)
     }
@@ -642,6 +669,45 @@ mod tests {
                     body: |\n      y = silu(matmul(x, w1)) * matmul(x, w2)\n";
         let m = crate::front::check_source(yaml.as_bytes()).unwrap();
         assert_eq!(m.kernels[0].1.listing(), g.listing());
+    }
+
+    /// `dyn 16 | 64 | 256` is `also: [64, 256]`; both forms give the same points, and the
+    /// extents enter the fingerprint only when there are some.
+    #[test]
+    fn extents_to_plan_for_are_written_alike_in_both_forms() {
+        let inline = "name: gemv, dims: { b: dyn 16 | 64 | 256, k: 512, n: 256 },
+            inputs: { x: f16[b, k], w: f16[k, n] }, outputs: { y: f16[b, n] }, body: { y = matmul(x, w) }";
+        let yaml = "kernels:\n  - name: gemv\n    dims: { b: { value: 16, dynamic: true, also: [64, 256] }, k: 512, n: 256 }\n    \
+                    inputs: { x: \"f16[b, k]\", w: \"f16[k, n]\" }\n    outputs: { y: \"f16[b, n]\" }\n    \
+                    body: |\n      y = matmul(x, w)\n";
+        let p = parse(tokens(inline)).unwrap();
+        let y = crate::front::parse_yaml(yaml).unwrap().remove(0);
+        let values = |d: &DimDecl| d.also.iter().map(|(v, _)| *v).collect::<Vec<_>>();
+        assert_eq!(values(&p.decl.dims[0]), [64, 256]);
+        assert_eq!(values(&y.dims[0]), [64, 256]);
+        let dim_lines =
+            |d: &KernelDecl| canonical(d).lines().filter(|l| l.starts_with("dim ")).collect::<Vec<_>>().join("\n");
+        assert_eq!(dim_lines(&p.decl), dim_lines(&y));
+        assert!(canonical(&y).contains("dim b 16 dynamic also 64 256\n"), "{}", canonical(&y));
+        let points = crate::front::points(&p.decl).unwrap();
+        let at: Vec<Vec<(String, u64)>> = points.iter().map(|p| p.at.clone()).collect();
+        assert_eq!(at, [vec![("b".to_string(), 64)], vec![("b".to_string(), 256)]]);
+        assert_eq!(points[1].label(), "b=256");
+        assert_eq!(points[1].suffix(), "b256");
+        let b = points[1].graph.dims.find("b").unwrap();
+        assert_eq!(points[1].graph.dims.get(b).value, 256);
+        assert!(points[1].graph.dims.get(b).dynamic);
+        // Without extents to plan for, the fingerprint is what it always was.
+        let mut plain = p.decl;
+        plain.dims[0].also.clear();
+        assert!(!canonical(&plain).contains("also"));
+        assert!(crate::front::points(&plain).unwrap().is_empty());
+        // Two dims: every combination but the declared one, the last dim fastest.
+        let two = "name: attn, dims: { b: dyn 16 | 64, l: dyn 4096 | 512 },
+            inputs: { x: f16[b, l] }, outputs: { y: f16[b, l] }, body: { y = exp(x) }";
+        let p = parse(tokens(two)).unwrap();
+        let labels: Vec<String> = crate::front::points(&p.decl).unwrap().iter().map(|p| p.label()).collect();
+        assert_eq!(labels, ["l=512", "b=64", "b=64, l=512"]);
     }
 
     #[test]

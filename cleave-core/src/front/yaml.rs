@@ -218,11 +218,12 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
     for (k, v) in mapping(node, "`dims`")? {
         let name = as_str(k).unwrap_or_default().to_string();
         let pos = pos_of(k);
-        let (value_node, dynamic, per_request) = match &v.data {
+        let (value_node, dynamic, per_request, also) = match &v.data {
             YamlData::Mapping(_) => {
                 let mut value = None;
                 let mut dynamic = false;
                 let mut per_request = None;
+                let mut also = Vec::new();
                 for (mk, mv) in mapping(v, &format!("dim `{name}`"))? {
                     match as_str(mk) {
                         Some("value") => value = Some(mv),
@@ -235,6 +236,7 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                                 ))
                             }
                         },
+                        Some("also") => also = also_list(mv, &name)?,
                         Some(key @ ("ragged" | "paged")) => {
                             if per_request.is_some() {
                                 return Err(Diagnostic::new(
@@ -252,7 +254,7 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                             return Err(Diagnostic::new(
                                 pos_of(mk),
                                 format!(
-                                    "unknown key `{other}` in dim `{name}`; expected `value`, `dynamic`, `ragged` or `paged`"
+                                    "unknown key `{other}` in dim `{name}`; expected `value`, `dynamic`, `also`, `ragged` or `paged`"
                                 ),
                             ))
                         }
@@ -262,23 +264,41 @@ fn dim_list(node: &MarkedYaml<'_>) -> Result<Vec<DimDecl>, Diagnostic> {
                 let value = value.ok_or_else(|| {
                     Diagnostic::new(pos_of(v), format!("dim `{name}` is missing `value:` (its representative size)"))
                 })?;
-                (value, dynamic, per_request)
+                (value, dynamic, per_request, also)
             }
-            _ => (v, false, None),
+            _ => (v, false, None, Vec::new()),
         };
-        let value = match &value_node.data {
-            YamlData::Value(Scalar::Integer(i)) => i128::from(*i),
-            YamlData::Value(Scalar::FloatingPoint(f)) if f.fract() == 0.0 && f.abs() < 1e30 => f.into_inner() as i128,
-            _ => {
-                return Err(Diagnostic::new(
-                    pos_of(value_node),
-                    format!("dim `{name}` must be a positive integer, found {}", describe(value_node)),
-                ))
-            }
-        };
-        out.push(DimDecl { name, pos, value, value_pos: pos_of(value_node), dynamic, per_request });
+        let value = extent(value_node, &name)?;
+        out.push(DimDecl { name, pos, value, value_pos: pos_of(value_node), dynamic, per_request, also });
     }
     Ok(out)
+}
+
+/// A dim's extent as written: an integer (a float with no fraction is one too), not yet
+/// range-checked.
+fn extent(node: &MarkedYaml<'_>, name: &str) -> Result<i128, Diagnostic> {
+    match &node.data {
+        YamlData::Value(Scalar::Integer(i)) => Ok(i128::from(*i)),
+        YamlData::Value(Scalar::FloatingPoint(f)) if f.fract() == 0.0 && f.abs() < 1e30 => Ok(f.into_inner() as i128),
+        _ => Err(Diagnostic::new(
+            pos_of(node),
+            format!("dim `{name}` must be a positive integer, found {}", describe(node)),
+        )),
+    }
+}
+
+/// `also: [64, 256]`: more extents of a dynamic dim to plan for, each with its position.
+fn also_list(node: &MarkedYaml<'_>, name: &str) -> Result<Vec<(i128, Pos)>, Diagnostic> {
+    match &node.data {
+        YamlData::Sequence(items) => items.iter().map(|i| Ok((extent(i, name)?, pos_of(i)))).collect(),
+        _ => Err(Diagnostic::new(
+            pos_of(node),
+            format!(
+                "`also` of dim `{name}` must be a list of extents, e.g. `also: [64, 256]`, found {}",
+                describe(node)
+            ),
+        )),
+    }
 }
 
 /// A name given as a YAML scalar (a string, or an integer where a page size may be one).

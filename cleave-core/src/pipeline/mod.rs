@@ -91,7 +91,7 @@ pub fn compile(declared: &ValidGraph, opts: &Options) -> Result<Compiled, Pipeli
     rank(declared, found, &Targets::new(&opts.archs), opts.top_k, &symbol_prefix(&declared.name))
 }
 
-/// The plan of one declared kernel for one kind of GPU.
+/// The plan of one declared kernel for one kind of GPU, at one set of extents.
 #[derive(Clone, Debug)]
 pub struct Variant {
     /// The names of the targets this plan serves, newest first (several when their plans came
@@ -100,8 +100,16 @@ pub struct Variant {
     /// The lowest compute capability it is meant for (nvcc's numbering): the launcher takes
     /// it on a GPU of at least this capability whose shared memory holds its kernels.
     pub min_cc: u32,
+    /// The `also` extents it was made for (`[("b", 64)]`); empty for the declared extents.
+    /// Its plan's dims carry every extent it was made for, which is what the launcher
+    /// measures the distance to.
+    pub at: Vec<(String, u64)>,
     /// The compilation for that target; its best launch is the plan.
     pub compiled: Compiled,
+    /// The index (in the list [`compile_points`] returns) of the plan for the same targets at
+    /// other extents whose kernels this one's are: this one's plan is that one, and it adds
+    /// only the extents it is run for.
+    pub shares: Option<usize>,
 }
 
 /// Compiles one declared kernel for each of `targets` (newest first, as
@@ -114,27 +122,95 @@ pub fn compile_variants(
     opts: &Options,
     targets: &[crate::toolchain::PlanTarget],
 ) -> Result<Vec<Variant>, PipelineError> {
-    let found = search(declared, &opts.search);
+    compile_points(declared, &[], opts, targets)
+}
+
+/// [`compile_variants`] at the declared extents and at each of `points` (the `also` extents
+/// of a declaration, [`crate::front::points`]): each set of extents is searched and ranked
+/// again, since what is best for 16 rows is not what is best for 256. A target's plan at a
+/// point that comes out the same as at an earlier set of extents [`Variant::shares`] that
+/// one's kernels. The result lists each target's plans together, in the order of the
+/// points with the declared extents first, and neighbouring targets share plans only when all
+/// of theirs agree.
+pub fn compile_points(
+    declared: &ValidGraph,
+    points: &[crate::front::Point],
+    opts: &Options,
+    targets: &[crate::toolchain::PlanTarget],
+) -> Result<Vec<Variant>, PipelineError> {
     let prefix = symbol_prefix(&declared.name);
-    let mut out: Vec<Variant> = Vec::new();
+    let graphs: Vec<(Vec<(String, u64)>, &ValidGraph)> =
+        std::iter::once((Vec::new(), declared)).chain(points.iter().map(|p| (p.at.clone(), &p.graph))).collect();
+    let found: Vec<_> = graphs.iter().map(|(_, g)| search(g, &opts.search)).collect();
+    // Per target: its plans, one per set of extents whose plan is its own.
+    let mut groups: Vec<Vec<Variant>> = Vec::new();
     for t in targets {
-        let compiled = rank(declared, found.clone(), &Targets::new(&[t.budget]), opts.top_k, &prefix)?;
-        match out.last_mut() {
-            Some(last) if last.compiled.best().same_plan(compiled.best()) => {
-                last.targets.push(t.name.clone());
-                last.min_cc = last.min_cc.min(t.min_cc);
+        let mut group: Vec<Variant> = Vec::new();
+        for ((at, g), f) in graphs.iter().zip(&found) {
+            let compiled = rank(g, f.clone(), &Targets::new(&[t.budget]), opts.top_k, &prefix)?;
+            let shares =
+                group.iter().position(|v| v.shares.is_none() && same_kernels(v.compiled.best(), compiled.best()));
+            group.push(Variant { targets: vec![t.name.clone()], min_cc: t.min_cc, at: at.clone(), compiled, shares });
+        }
+        match groups.last_mut() {
+            Some(last)
+                if last
+                    .iter()
+                    .zip(&group)
+                    .all(|(a, b)| a.shares == b.shares && a.compiled.best().same_plan(b.compiled.best())) =>
+            {
+                for v in last.iter_mut() {
+                    v.targets.push(t.name.clone());
+                    v.min_cc = v.min_cc.min(t.min_cc);
+                }
             }
-            _ => out.push(Variant { targets: vec![t.name.clone()], min_cc: t.min_cc, compiled }),
+            _ => groups.push(group),
         }
     }
-    for v in out.iter_mut().skip(1) {
-        let suffix = v.targets.last().map_or(String::new(), |n| n.replace('_', ""));
-        let renamed = format!("{prefix}_{suffix}");
-        for r in &mut v.compiled.ranked {
-            r.candidate.launch.rename(&renamed);
+    // Symbols: the declared extents of the first target keep the plain prefix; other targets
+    // add their name, other extents their values (`cleave_k_sm80_b64`).
+    let mut out: Vec<Variant> = Vec::new();
+    for (gi, group) in groups.into_iter().enumerate() {
+        let start = out.len();
+        for mut v in group {
+            if let Some(k) = &mut v.shares {
+                *k += start;
+                out.push(v);
+                continue;
+            }
+            let mut renamed = prefix.clone();
+            if gi > 0 {
+                renamed.push('_');
+                renamed.push_str(&v.targets.last().map_or(String::new(), |n| n.replace('_', "")));
+            }
+            for (n, value) in &v.at {
+                renamed.push_str(&format!("_{n}{value}"));
+            }
+            if renamed != prefix {
+                for r in &mut v.compiled.ranked {
+                    r.candidate.launch.rename(&renamed);
+                }
+            }
+            out.push(v);
         }
     }
     Ok(out)
+}
+
+/// Whether two launches made at different extents of one declaration run the same kernels
+/// with the same launch data: their CUDA is the same text and their plans differ only in the
+/// extents they were made for. One of them then serves both.
+fn same_kernels(a: &Launch, b: &Launch) -> bool {
+    let data = |l: &Launch| {
+        crate::codegen::plan::plan_data(l, "k").ok().map(|mut p| {
+            for d in &mut p.dims {
+                d.value = 0;
+            }
+            p
+        })
+    };
+    crate::codegen::cuda::emit_launch(a, "k") == crate::codegen::cuda::emit_launch(b, "k")
+        && matches!((data(a), data(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// Schedules and ranks every candidate of a search (and the declared graph, and the fallback)
