@@ -866,7 +866,7 @@ fn plans_at_other_extents_are_searched_again_and_named_apart() {
         assert_eq!(mine.graph.dims.get(mine.graph.dims.find("b").expect("b")).value, graph.dims.get(b).value);
     }
     // Each extent's plan has symbols of its own; one that shares points at an earlier plan.
-    let suffix = ["", "_b64", "_b256"];
+    let suffix = ["", "_p1_b64", "_p2_b256"];
     for (v, s) in variants.iter().zip(suffix) {
         match v.shares {
             None => {

@@ -92,7 +92,8 @@ impl Point {
         label(&self.at)
     }
 
-    /// `b64_l8192`: what the symbols of this point's kernels end with.
+    /// `b64_l8192`: what the symbols of this point's kernels end with, after the point's
+    /// number.
     pub fn suffix(&self) -> String {
         self.at.iter().map(|(n, v)| format!("{n}{v}")).collect::<Vec<_>>().join("_")
     }

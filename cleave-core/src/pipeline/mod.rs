@@ -139,14 +139,18 @@ pub fn compile_points(
     targets: &[crate::toolchain::PlanTarget],
 ) -> Result<Vec<Variant>, PipelineError> {
     let prefix = symbol_prefix(&declared.name);
-    let graphs: Vec<(Vec<(String, u64)>, &ValidGraph)> =
-        std::iter::once((Vec::new(), declared)).chain(points.iter().map(|p| (p.at.clone(), &p.graph))).collect();
-    let found: Vec<_> = graphs.iter().map(|(_, g)| search(g, &opts.search)).collect();
+    // Per set of extents: the extents, what its kernels' symbols add (`_p2_b256`: the point's
+    // number keeps symbols apart whatever the dims are named), and its graph.
+    type Extents = Vec<(String, u64)>;
+    let graphs: Vec<(Extents, String, &ValidGraph)> = std::iter::once((Vec::new(), String::new(), declared))
+        .chain(points.iter().enumerate().map(|(i, p)| (p.at.clone(), format!("_p{}_{}", i + 1, p.suffix()), &p.graph)))
+        .collect();
+    let found: Vec<_> = graphs.iter().map(|(_, _, g)| search(g, &opts.search)).collect();
     // Per target: its plans, one per set of extents whose plan is its own.
     let mut groups: Vec<Vec<Variant>> = Vec::new();
     for t in targets {
         let mut group: Vec<Variant> = Vec::new();
-        for ((at, g), f) in graphs.iter().zip(&found) {
+        for ((at, _, g), f) in graphs.iter().zip(&found) {
             let compiled = rank(g, f.clone(), &Targets::new(&[t.budget]), opts.top_k, &prefix)?;
             let shares =
                 group.iter().position(|v| v.shares.is_none() && same_kernels(v.compiled.best(), compiled.best()));
@@ -168,11 +172,11 @@ pub fn compile_points(
         }
     }
     // Symbols: the declared extents of the first target keep the plain prefix; other targets
-    // add their name, other extents their values (`cleave_k_sm80_b64`).
+    // add their name, other extents their number and values (`cleave_k_sm80_p1_b64`).
     let mut out: Vec<Variant> = Vec::new();
     for (gi, group) in groups.into_iter().enumerate() {
         let start = out.len();
-        for mut v in group {
+        for (mut v, (_, suffix, _)) in group.into_iter().zip(&graphs) {
             if let Some(k) = &mut v.shares {
                 *k += start;
                 out.push(v);
@@ -183,9 +187,7 @@ pub fn compile_points(
                 renamed.push('_');
                 renamed.push_str(&v.targets.last().map_or(String::new(), |n| n.replace('_', "")));
             }
-            for (n, value) in &v.at {
-                renamed.push_str(&format!("_{n}{value}"));
-            }
+            renamed.push_str(suffix);
             if renamed != prefix {
                 for r in &mut v.compiled.ranked {
                     r.candidate.launch.rename(&renamed);
