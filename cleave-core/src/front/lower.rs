@@ -110,7 +110,18 @@ pub fn points(decl: &KernelDecl) -> Result<Vec<Point>, Diagnostic> {
     let mut count: usize = 1;
     for (i, d) in decl.dims.iter().enumerate() {
         let Some(&(_, first)) = d.also.first() else { continue };
-        if !d.dynamic && d.per_request.is_none() {
+        // A ragged or paged dim's extent differs between the requests and comes from the index
+        // tables, not from the launcher's extents, so no launch could pick a plan by it.
+        if d.per_request.is_some() {
+            return Err(Diagnostic::new(
+                first,
+                format!(
+                    "dim `{}` is ragged or paged: its extent differs between requests, so no launch can pick a plan by it; list more extents on a dynamic dim instead",
+                    d.name
+                ),
+            ));
+        }
+        if !d.dynamic {
             return Err(Diagnostic::new(
                 first,
                 format!(
