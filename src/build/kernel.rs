@@ -181,8 +181,7 @@ fn generate(job: &Job, variants: &[Variant], arches: &ArchSet, start: Instant) -
         if v.at.is_empty() {
             target
         } else {
-            let at: Vec<String> = v.at.iter().map(|(n, x)| format!("{n}={x}")).collect();
-            format!("{target} at {}", at.join(", "))
+            format!("{target} at {}", cleave_core::front::label(&v.at))
         }
     };
     for v in variants {

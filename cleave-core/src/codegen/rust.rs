@@ -874,6 +874,17 @@ mod tests {
         );
     }
 
+    /// A module with the spacing collapsed and without the trailing commas the formatter adds,
+    /// so that tests compare its items however they were wrapped.
+    fn flat(text: &str) -> String {
+        text.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(", }", " }")
+            .replace(", ]", " ]")
+            .replace("( ", "(")
+    }
+
     /// A kernel planned for several GPUs lists every plan, newest first; the launchers pick one
     /// per device, and the host emulation runs the first.
     #[test]
@@ -888,14 +899,7 @@ mod tests {
         ];
         let spec = ModuleSpec { decl: &decl, plans: &plans, host_symbols: &[host], fatbin: "None", summary: &[] };
         let a = module(&spec).unwrap();
-        // Compared with the spacing collapsed and without the trailing commas the formatter adds.
-        let flat = a
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .replace(", }", " }")
-            .replace(", ]", " ]")
-            .replace("( ", "(");
+        let flat = flat(&a);
         assert!(flat.contains("pub static PLANS: [::cleave::runtime::Variant; 2] = ["), "{a}");
         assert!(flat.contains("target: \"sm_90\", min_cc: 90, at: &[100], plan: &PLAN }"), "{a}");
         assert!(flat.contains("target: \"sm_86, sm_80\", min_cc: 80, at: &[100], plan: &PLAN_1 }"), "{a}");
@@ -938,13 +942,7 @@ mod tests {
         };
         let a = module(&spec).unwrap();
         assert_eq!(a, module(&spec).unwrap());
-        let flat = a
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .replace(", }", " }")
-            .replace(", ]", " ]")
-            .replace("( ", "(");
+        let flat = flat(&a);
         assert!(flat.contains("pub static PLANS: [::cleave::runtime::Variant; 4] = ["), "{a}");
         assert!(flat.contains("min_cc: 90, at: &[100], plan: &PLAN }"), "{a}");
         assert!(flat.contains("min_cc: 90, at: &[400], plan: &PLAN_1 }"), "{a}");

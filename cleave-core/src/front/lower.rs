@@ -189,8 +189,8 @@ pub fn points(decl: &KernelDecl) -> Result<Vec<Point>, Diagnostic> {
     Ok(out)
 }
 
-/// `b=64, l=8192`.
-fn label(at: &[(String, u64)]) -> String {
+/// `b=64, l=8192`: a set of extents as the lockfile, the build's docs and diagnostics show it.
+pub fn label(at: &[(String, u64)]) -> String {
     at.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
 }
 

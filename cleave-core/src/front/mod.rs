@@ -21,8 +21,8 @@ pub use diag::{Diagnostic, Pos, PosMap};
 pub use expr::{lex, parse as parse_body, Arg, BinTok, Expr, ExprKind, ParseError, Stmt, Tok};
 pub use ident::{check_ident, check_name, NameKind, MAX_NAME_LEN};
 pub use lower::{
-    dynamic_dims, lower, points, Point, FUNCTIONS, MAX_DIM, MAX_DIMS, MAX_ELEMENTS, MAX_OPS, MAX_POINTS, MAX_RANK,
-    MAX_TENSORS, RMSNORM_EPS,
+    dynamic_dims, label, lower, points, Point, FUNCTIONS, MAX_DIM, MAX_DIMS, MAX_ELEMENTS, MAX_OPS, MAX_POINTS,
+    MAX_RANK, MAX_TENSORS, RMSNORM_EPS,
 };
 pub use yaml::{parse_tensor_type, parse_yaml, TensorType};
 
