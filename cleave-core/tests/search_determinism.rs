@@ -41,6 +41,9 @@ fn a_state_limit_cuts_the_search_deterministically() {
     assert_eq!(a, b);
     assert!(a.contains("\"stop_reason\": \"state_limit\""), "{a}");
     assert!(a.contains("\"states_explored\": 3000"), "{a}");
+    // The space without Split, searched after the cut, whole.
+    assert!(a.contains("\"without_split\": {"), "{a}");
+    assert!(a.contains("\"stop_reason\": \"exhausted\""), "{a}");
 }
 
 #[test]

@@ -200,3 +200,38 @@ fn split_off_finds_no_split_graphs() {
     assert!(r.graphs.iter().all(|f| !f.has_split()));
     assert_eq!(r.max_ops, 7);
 }
+
+#[test]
+fn a_split_search_cut_short_still_finds_every_graph_without_a_split() {
+    // The space without Split is a corner of the space with it, searched last when the search
+    // walks it depth-first to a larger size bound. MHA decode: 171 states without Split,
+    // 21062 with it.
+    let g = common::shipped("mha_d64_decode");
+    let plain = search(&g, &SearchOptions { split: false, ..options() }).expect("search runs");
+    assert_eq!(plain.stop_reason.name(), "exhausted");
+    assert!(plain.without_split.is_none());
+    let cut = search(&g, &SearchOptions { max_states: 1000, ..options() }).expect("search runs");
+    assert_eq!(cut.stop_reason.name(), "state_limit");
+    let phase = cut.without_split.as_ref().expect("the search without Split follows");
+    assert_eq!(phase.stop_reason.name(), "exhausted");
+    assert_eq!(phase.states_explored, plain.states_explored);
+    for f in &plain.graphs {
+        assert!(cut.graphs.iter().any(|c| c.graph == f.graph), "{}", cleave_core::superopt::explain_text(&plain));
+    }
+    // Found once each, fewest ops first.
+    for (i, a) in cut.graphs.iter().enumerate() {
+        assert!(cut.graphs[i + 1..].iter().all(|b| b.graph != a.graph), "a graph found twice");
+    }
+    assert!(cut.graphs.windows(2).all(|w| w[0].graph.op_count() <= w[1].graph.op_count()));
+    // Its graphs without a split are exactly those of the smaller space, which it searched
+    // whole; the second phase added those the first had not reached.
+    let unsplit: Vec<_> = cut.graphs.iter().filter(|f| !f.has_split()).collect();
+    assert_eq!(unsplit.len(), plain.graphs.len());
+    assert!(phase.graphs_added >= 1 && phase.graphs_added <= plain.graphs.len(), "{phase:?}");
+    // The search without the cut needs no second phase.
+    assert!(run(&g).without_split.is_none());
+    let text = cleave_core::superopt::summary_text(&cut);
+    assert!(text.contains("then without split: "), "{text}");
+    assert!(cleave_core::superopt::to_json(&cut).contains("\"without_split\""));
+    assert!(!cleave_core::superopt::to_json(&plain).contains("\"without_split\""));
+}

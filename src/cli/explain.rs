@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cleave_core::picture::{graph_svg, schedule_svg};
 use cleave_core::pipeline::{compile, Compiled};
-use cleave_core::superopt::explain_text;
+use cleave_core::superopt::{explain_text, plain_phase_text};
 use cleave_core::symbolic::{eventually_reduced, symbolize};
 
 use super::schedule::{programs, table};
@@ -84,6 +84,9 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
                         search.states_explored,
                         search.stop_reason.name()
                     );
+                    if let Some(line) = plain_phase_text(search) {
+                        let _ = writeln!(out, "{line}");
+                    }
                     out.push_str(&explain_text(search));
                 }
                 Err(e) => {

@@ -30,7 +30,7 @@ pub use abstraction::{Abstraction, EGraphLimits, EGraphStats};
 pub use atoms::{AtomMask, Atoms, MAX_ATOMS};
 pub use enumerate::{Counters, Pruning, StopReason};
 pub use recover::{recover, replay, ConcreteCandidate, RecoverError, RecoverOptions, Recovered, SplitValue};
-pub use report::{explain_text, summary_text, to_json};
+pub use report::{explain_text, plain_phase_text, summary_text, to_json};
 pub use term::{AtomSet, Leaf, Term};
 pub use verify::{
     Check, FinalChecks, FLOAT_CHECK_MAX_ELEMS, FLOAT_TOLERANCE, FULL_SHAPE_BUDGET_MACS, FULL_SHAPE_MAX_ELEMS,
@@ -49,6 +49,10 @@ pub const MAX_SEARCH_OPS: usize = 60;
 /// The share of [`SearchOptions::time_limit`] that saturation and enumeration may use.
 pub const ENUMERATION_SHARE: f64 = 0.9;
 
+/// The share of [`SearchOptions::time_limit`] that a search with Split may use; the rest is
+/// for the search without Split that follows it when it stops at a limit (see [`search`]).
+pub const SPLIT_SHARE: f64 = 0.75;
+
 /// Options of a search. The defaults are what `cleave search` uses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchOptions {
@@ -60,7 +64,7 @@ pub struct SearchOptions {
     pub max_states: u64,
     /// Wall-clock limit of the whole search. Saturation and enumeration stop at
     /// [`ENUMERATION_SHARE`] of it, which leaves the rest to the final checks (their work is
-    /// bounded by the budgets below).
+    /// bounded by the budgets below); with Split, of [`SPLIT_SHARE`] of it (see [`search`]).
     pub time_limit: Duration,
     /// Limits of the e-graph saturation.
     pub egraph: EGraphLimits,
@@ -176,6 +180,22 @@ pub struct SearchResult {
     pub seconds: f64,
     /// Seconds per stage: saturation, enumeration, final checks and recovery.
     pub stage_seconds: [f64; 3],
+    /// The search without Split that followed, when this one (with Split) stopped at a limit.
+    pub without_split: Option<PlainPhase>,
+}
+
+/// The search without Split that follows a search with Split stopped at a limit: the smaller
+/// space, whose graphs the larger one holds but may not have reached.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlainPhase {
+    /// Its graphs that the search with Split had not found.
+    pub graphs_added: usize,
+    /// States it explored.
+    pub states_explored: u64,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// Its wall-clock seconds.
+    pub seconds: f64,
 }
 
 impl SearchResult {
@@ -292,7 +312,51 @@ fn build(target: &ValidGraph, leaves: &[LeafSpec], f: &FoundOps) -> ValidGraph {
 }
 
 /// Runs the algebraic phase on a concrete kernel graph.
+///
+/// The space with Split holds every graph of the space without it, but a search of it that
+/// stops at its state or time limit may not have reached them: it walks its graphs depth-first
+/// up to a larger size bound, and a wide target (attention with its log-sum-exp as a second
+/// output) fills the budget with partial graphs that split. Then the space without Split is
+/// searched as well, under the same state limit, and the graphs it finds are added: a search
+/// with Split never finds less than the same search without it, given the time. The two
+/// together keep to the time limit: the first has [`SPLIT_SHARE`] of it, the second what is
+/// left.
 pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResult, SearchError> {
+    let start = Instant::now();
+    if !opts.split {
+        return search_space(concrete, opts);
+    }
+    let mut result =
+        search_space(concrete, &SearchOptions { time_limit: opts.time_limit.mul_f64(SPLIT_SHARE), ..opts.clone() })?;
+    if result.stop_reason != StopReason::Exhausted {
+        let left = opts.time_limit.saturating_sub(start.elapsed());
+        let plain = search_space(concrete, &SearchOptions { split: false, time_limit: left, ..opts.clone() })?;
+        let graphs_added = plain.graphs.iter().filter(|p| !result.graphs.iter().any(|g| g.graph == p.graph)).count();
+        result.without_split = Some(PlainPhase {
+            graphs_added,
+            states_explored: plain.states_explored,
+            stop_reason: plain.stop_reason,
+            seconds: plain.seconds,
+        });
+        result.seconds += plain.seconds;
+        for f in plain.graphs {
+            if !result.graphs.iter().any(|g| g.graph == f.graph) {
+                result.graphs.push(f);
+            }
+        }
+        for (g, checks) in plain.rejected {
+            if !result.rejected.iter().any(|(r, _)| *r == g) {
+                result.rejected.push((g, checks));
+            }
+        }
+        // Fewest ops first, as each phase orders its own; among graphs of one size, those of
+        // the search with Split come first, in its order.
+        result.graphs.sort_by_key(|f| f.graph.op_count());
+    }
+    Ok(result)
+}
+
+fn search_space(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResult, SearchError> {
     let start = Instant::now();
     if opts.trials < 2 {
         return Err(SearchError::Options("at least 2 fingerprint trials are needed".into()));
@@ -456,5 +520,6 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
             enumerated.elapsed().as_secs_f64(),
         ],
         symbolic,
+        without_split: None,
     })
 }

@@ -21,7 +21,18 @@ struct SearchJson<'a> {
     egraph: EGraphJson<'a>,
     pruned: PrunedJson,
     rejected_by_final_checks: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    without_split: Option<PlainPhaseJson>,
     graphs: Vec<GraphJson>,
+}
+
+/// The search without Split after a cut search with it; its seconds are in the top-level
+/// `seconds`, the one field allowed to differ between runs.
+#[derive(Serialize)]
+struct PlainPhaseJson {
+    graphs_added: usize,
+    states_explored: u64,
+    stop_reason: &'static str,
 }
 
 #[derive(Serialize)]
@@ -217,6 +228,11 @@ pub fn to_json(r: &SearchResult) -> String {
             fingerprint_rejected: r.counters.fingerprint_rejected,
         },
         rejected_by_final_checks: r.rejected.len(),
+        without_split: r.without_split.as_ref().map(|p| PlainPhaseJson {
+            graphs_added: p.graphs_added,
+            states_explored: p.states_explored,
+            stop_reason: p.stop_reason.name(),
+        }),
         graphs: r.graphs.iter().map(graph_json).collect(),
     };
     serde_json::to_string_pretty(&doc).expect("the report serializes")
@@ -260,11 +276,28 @@ pub fn summary_text(r: &SearchResult) -> String {
         c.fingerprinted,
         c.fingerprint_rejected
     );
+    if let Some(line) = plain_phase_text(r) {
+        let _ = writeln!(out, "{line}");
+    }
     if !r.rejected.is_empty() {
         let _ = writeln!(out, "{} graph(s) passed the small fingerprints but failed a final check", r.rejected.len());
     }
     out.push_str(&explain_text(r));
     out
+}
+
+/// The line that reports the search without Split after a search with Split stopped at a
+/// limit, if there was one.
+pub fn plain_phase_text(r: &SearchResult) -> Option<String> {
+    let p = r.without_split.as_ref()?;
+    Some(format!(
+        "then without split: {} more graph{} in {:.2} s, {} states explored, stopped: {}",
+        p.graphs_added,
+        if p.graphs_added == 1 { "" } else { "s" },
+        p.seconds,
+        p.states_explored,
+        p.stop_reason.name()
+    ))
 }
 
 /// Every found graph in infix form, with its split counts: what `cleave explain` shows.
