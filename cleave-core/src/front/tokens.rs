@@ -317,22 +317,33 @@ impl Parser {
                     ),
                 );
             }
-            // `dyn 16 | 64 | 256`: the representative extent, then more to plan for.
-            let mut parts = rest.split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == '|'));
-            let first = parts.next().unwrap_or_default();
+            // `dyn 16 | 64 | 256`: the representative extent, then more to plan for. Each part
+            // after the first keeps the `|` before it, where an empty one is reported.
+            let mut parts: Vec<(Option<Span>, &[TokenTree])> = Vec::new();
+            let mut start = 0;
+            let mut bar = None;
+            for (i, t) in rest.iter().enumerate() {
+                if let TokenTree::Punct(p) = t {
+                    if p.as_char() == '|' {
+                        parts.push((bar, &rest[start..i]));
+                        bar = Some(p.span());
+                        start = i + 1;
+                    }
+                }
+            }
+            parts.push((bar, &rest[start..]));
+            let first = parts[0].1;
             if first.is_empty() {
-                return error(
-                    name.span(),
-                    format!("dim `{name}` needs an extent before `|`, e.g. `{name}: dyn 16 | 64`"),
-                );
+                let at = parts.get(1).and_then(|p| p.0).unwrap_or(name.span());
+                return error(at, format!("dim `{name}` needs an extent before `|`, e.g. `{name}: dyn 16 | 64`"));
             }
             let (value, value_span) = integer(&name.to_string(), first)?;
             let value_pos = self.at(value_span);
             let mut also = Vec::new();
-            for part in parts {
+            for &(bar, part) in &parts[1..] {
                 if part.is_empty() {
                     return error(
-                        name.span(),
+                        bar.unwrap_or(name.span()),
                         format!(
                             "dim `{name}` has an empty alternative; write its extents as `{name}: dyn 16 | 64 | 256`"
                         ),
