@@ -131,6 +131,11 @@ fn fixture_builds_runs_caches_and_links_no_cuda_toolkit() {
     for kernel in ["attention", "decode", "swiglu", "proj", "row_norm_40", "row_norm_24"] {
         assert!(kernel_line(&log, kernel).contains("searched in"), "{log}");
     }
+    // The decode and SwiGLU list a second extent of their batch: two searches each.
+    for kernel in ["decode", "swiglu"] {
+        assert!(kernel_line(&log, kernel).contains(", over 2 sets of extents;"), "{log}");
+    }
+    assert!(!kernel_line(&log, "proj").contains("sets of extents"), "{log}");
     assert!(log.contains("fatbin: not built (nvcc not found)"), "{log}");
     assert!(output.contains("nvcc not found"), "expected one cargo warning about nvcc:\n{output}");
     let lock = fs::read_to_string(fx.dir.join("kernels.lock")).expect("kernels.lock next to kernels.yaml");

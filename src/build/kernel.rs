@@ -73,7 +73,15 @@ pub(crate) enum How {
     /// Loaded from this cache entry.
     Hit,
     /// Searched and scheduled.
-    Searched { seconds: f64, search_seconds: f64, schedule_seconds: f64, graphs: usize, states: u64 },
+    Searched {
+        seconds: f64,
+        search_seconds: f64,
+        schedule_seconds: f64,
+        graphs: usize,
+        states: u64,
+        /// The searches, one per set of extents planned for.
+        searches: usize,
+    },
 }
 
 /// The expression a module uses for its fatbin: a file the builder writes per build and per
@@ -235,7 +243,13 @@ fn generate(job: &Job, variants: &[Variant], arches: &ArchSet, start: Instant) -
         summary: &summary,
     })
     .map_err(|e| e.to_string())?;
-    let compiled = &variants[0].compiled;
+    // Each set of extents is searched once for every target: the first target's plans have
+    // one search each.
+    let searches: Vec<_> = variants
+        .iter()
+        .filter(|v| v.targets == variants[0].targets)
+        .filter_map(|v| v.compiled.search.as_ref().ok())
+        .collect();
     Ok(Generated {
         name: name.clone(),
         cuda,
@@ -244,10 +258,11 @@ fn generate(job: &Job, variants: &[Variant], arches: &ArchSet, start: Instant) -
         lock,
         how: How::Searched {
             seconds: start.elapsed().as_secs_f64(),
-            search_seconds: compiled.search.as_ref().map_or(0.0, |s| s.seconds),
+            search_seconds: searches.iter().map(|s| s.seconds).sum(),
             schedule_seconds: variants.iter().map(|v| v.compiled.schedule_seconds).sum(),
-            graphs: compiled.search.as_ref().map_or(0, |s| s.graphs.len()),
-            states: compiled.search.as_ref().map_or(0, |s| s.states_explored),
+            graphs: searches.iter().map(|s| s.graphs.len()).sum(),
+            states: searches.iter().map(|s| s.states_explored).sum(),
+            searches: searches.len(),
         },
     })
 }

@@ -262,11 +262,12 @@ impl Builder {
         for (job, g) in jobs.iter().zip(&generated) {
             log.push(match &g.how {
                 How::Hit => format!("kernel {} ({}): cache hit", g.name, job.origin.at(&job.decl)),
-                How::Searched { seconds, search_seconds, schedule_seconds, graphs, states } => format!(
+                How::Searched { seconds, search_seconds, schedule_seconds, graphs, states, searches } => format!(
                     "kernel {} ({}): searched in {seconds:.2} s (search {search_seconds:.2} s, {graphs} graphs, \
-                     {states} states; schedule {schedule_seconds:.2} s)",
+                     {states} states{}; schedule {schedule_seconds:.2} s)",
                     g.name,
-                    job.origin.at(&job.decl)
+                    job.origin.at(&job.decl),
+                    if *searches > 1 { format!(", over {searches} sets of extents") } else { String::new() }
                 ),
             });
         }
