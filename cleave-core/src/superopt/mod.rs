@@ -331,19 +331,19 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
     if result.stop_reason != StopReason::Exhausted {
         let left = opts.time_limit.saturating_sub(start.elapsed());
         let plain = search_space(concrete, &SearchOptions { split: false, time_limit: left, ..opts.clone() })?;
-        let graphs_added = plain.graphs.iter().filter(|p| !result.graphs.iter().any(|g| g.graph == p.graph)).count();
+        let found = result.graphs.len();
+        for f in plain.graphs {
+            if !result.graphs[..found].iter().any(|g| g.graph == f.graph) {
+                result.graphs.push(f);
+            }
+        }
         result.without_split = Some(PlainPhase {
-            graphs_added,
+            graphs_added: result.graphs.len() - found,
             states_explored: plain.states_explored,
             stop_reason: plain.stop_reason,
             seconds: plain.seconds,
         });
         result.seconds += plain.seconds;
-        for f in plain.graphs {
-            if !result.graphs.iter().any(|g| g.graph == f.graph) {
-                result.graphs.push(f);
-            }
-        }
         for (g, checks) in plain.rejected {
             if !result.rejected.iter().any(|(r, _)| *r == g) {
                 result.rejected.push((g, checks));
