@@ -930,3 +930,56 @@ fn plans_at_other_extents_are_searched_again_and_named_apart() {
     assert_eq!(variants[1].shares, Some(0));
     assert_eq!(variants[1].at, [("l".to_string(), 8192)]);
 }
+
+#[test]
+fn a_log_sum_exp_written_with_its_own_max_runs_as_one_attention_kernel() {
+    // `lse = m + log(Σ exp(s − m))` beside `o = softmax(s) · v`, with the user's `m = max(s)`:
+    // log turns the shift into a term that cancels, so the search finds the graph without the
+    // max, and the scheduler runs it as one attention kernel whose running max stabilizes both
+    // outputs (five kernels before, the max, the exps and the sums apart).
+    let g = common::graph(
+        r#"
+kernels:
+  - name: attn_with_lse
+    dims: { s: { value: 256, dynamic: true }, l: { value: 256, dynamic: true }, d: 64 }
+    inputs: { q: "f16[s, d]", k: "f16[l, d]", v: "f16[l, d]" }
+    outputs: { o: "f16[s, d]", lse: "f32[s, 1]" }
+    body: |
+      s = matmul(q, transpose(k)) * 0.125
+      m = max(s, axis=-1)
+      e = exp(s - m)
+      z = sum(e, axis=-1)
+      o = matmul(e / z, v)
+      lse = m + log(z)
+"#,
+    );
+    // Without Split the search is exhausted in about a second (with it, it runs to its limit).
+    let mut opts = Options::default();
+    opts.search.split = false;
+    let c = compile(&g, &opts).expect("compiles");
+    let l = c.best();
+    assert_eq!(l.kernels.len(), 1, "{} kernels", l.kernels.len());
+    let k = l.kernels[0].tile().expect("a tile kernel");
+    assert_eq!(loops(&k.body).len(), 1, "one loop over the keys");
+    assert!(
+        !l.graph.nodes.iter().any(|n| matches!(n.op, cleave_core::graph::Op::Reduce(ReduceOp::Max, _))),
+        "the user's max is gone from the chosen graph"
+    );
+    // Both outputs against the reference, at ragged extents and scores in the hundreds.
+    let mut b = Bindings::of_table(&g.dims);
+    for (name, v) in [("s", 29), ("l", 143)] {
+        b.values[g.dims.find(name).expect("dim").index()] = v;
+    }
+    let inputs = random_inputs(&g, &b, 3, &InputScale { default: 11.0, per_input: Vec::new() });
+    let want = eval(&g, &b, &inputs).expect("reference");
+    let mut lb = Bindings::of_table(l.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.complete(l.dims());
+    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let lse = want[1].data.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    assert!(lse > 100.0, "large scores: |lse| up to {lse}");
+    for (i, name) in ["o", "lse"].iter().enumerate() {
+        let e = max_rel_err(&got[i].data, &want[i].data);
+        assert!(e < tolerance(&g, &b, 0.0), "{name}: {e}");
+    }
+}

@@ -412,3 +412,131 @@ fn causal_near_misses_are_rejected() {
     let o = c.op(Op::MatMul, &[p, c.i(2)]);
     assert_ne!(verdict(&t, &c.finish(&t, o)), Verdict::Equivalent, "mask after exp");
 }
+
+/// A row's log-sum-exp written with its own max, and `log(softmax(x))`: `x` is input 0.
+const LSE: &str = r#"
+kernels:
+  - name: k
+    dims: { m: 6, k: 9 }
+    inputs: { x: "f32[m, k]" }
+    outputs: { z: "f32[m, 1]" }
+    body: |
+      mx = max(x, axis=-1)
+      z = mx + log(sum(exp(x - mx), axis=-1))
+"#;
+
+const LOG_SOFTMAX: &str = r#"
+kernels:
+  - name: k
+    dims: { m: 6, k: 9 }
+    inputs: { x: "f32[m, k]" }
+    outputs: { y: "f32[m, k]" }
+    body: "y = log(softmax(x, axis=-1))"
+"#;
+
+/// `log(Σ exp(x − shift))` over the last axis, plus `shift` when `add_back`.
+fn lse_of(c: &mut Cand, shift: Option<NodeId>, add_back: bool) -> NodeId {
+    let x = c.i(0);
+    let d = match shift {
+        Some(m) => c.bin(BinaryOp::Sub, x, m),
+        None => x,
+    };
+    let e = c.un(UnaryOp::Exp, d);
+    let r = c.red(ReduceOp::Sum, e, 1);
+    let l = c.un(UnaryOp::Log, r);
+    match (shift, add_back) {
+        (Some(m), true) => c.bin(BinaryOp::Add, m, l),
+        _ => l,
+    }
+}
+
+#[test]
+fn log_sum_exp_forms_are_accepted_whatever_the_shift() {
+    // log is a homomorphism from products to sums in the fingerprints, so the max a user
+    // subtracts and adds back cancels: the plain form, and a shift by any other row value.
+    let t = symbolic(LSE);
+    let mut c = Cand::new(&t);
+    let z = lse_of(&mut c, None, false);
+    assert_eq!(verdict(&t, &c.finish(&t, z)), Verdict::Equivalent, "unshifted");
+    let mut c = Cand::new(&t);
+    let m = c.red(ReduceOp::Sum, c.i(0), 1);
+    let z = lse_of(&mut c, Some(m), true);
+    assert_eq!(verdict(&t, &c.finish(&t, z)), Verdict::Equivalent, "shifted by the row sum");
+
+    // log(softmax(x)) = x − log(Σ exp(x)) = x − m − log(Σ exp(x − m)).
+    let t = symbolic(LOG_SOFTMAX);
+    let mut c = Cand::new(&t);
+    let l = lse_of(&mut c, None, false);
+    let y = c.bin(BinaryOp::Sub, c.i(0), l);
+    assert_eq!(verdict(&t, &c.finish(&t, y)), Verdict::Equivalent, "x − lse");
+    let mut c = Cand::new(&t);
+    let m = c.red(ReduceOp::Max, c.i(0), 1);
+    let l = lse_of(&mut c, Some(m), true);
+    let y = c.bin(BinaryOp::Sub, c.i(0), l);
+    assert_eq!(verdict(&t, &c.finish(&t, y)), Verdict::Equivalent, "x − stabilized lse");
+}
+
+#[test]
+fn log_sum_exp_near_misses_are_rejected() {
+    let t = symbolic(LSE);
+    // The shift subtracted and not added back.
+    let mut c = Cand::new(&t);
+    let m = c.red(ReduceOp::Max, c.i(0), 1);
+    let z = lse_of(&mut c, Some(m), false);
+    assert_eq!(verdict(&t, &c.finish(&t, z)), Verdict::Different, "shift not added back");
+    // The max added to the unshifted log-sum-exp.
+    let mut c = Cand::new(&t);
+    let m = c.red(ReduceOp::Max, c.i(0), 1);
+    let l = lse_of(&mut c, None, false);
+    let z = c.bin(BinaryOp::Add, m, l);
+    assert_eq!(verdict(&t, &c.finish(&t, z)), Verdict::Different, "max added twice");
+    // A mean in place of the sum: off by log(k).
+    let mut c = Cand::new(&t);
+    let e = c.un(UnaryOp::Exp, c.i(0));
+    let r = c.red(ReduceOp::Mean, e, 1);
+    let z = c.un(UnaryOp::Log, r);
+    assert_eq!(verdict(&t, &c.finish(&t, z)), Verdict::Different, "mean for sum");
+    // The sum itself, with no log: known mod p only against a target known mod q only, so
+    // the two share nothing to compare, which must not pass for agreement.
+    let mut c = Cand::new(&t);
+    let e = c.un(UnaryOp::Exp, c.i(0));
+    let r = c.red(ReduceOp::Sum, e, 1);
+    assert_eq!(verdict(&t, &c.finish(&t, r)), Verdict::Different, "no log");
+}
+
+#[test]
+fn an_entropy_mixes_exp_and_log_results_consistently() {
+    // Σ p · log(p) for p = softmax(x): each product of a value known mod p (p) and one known
+    // mod q (its log) is an uninterpreted function of the two, the same in both graphs.
+    let t = symbolic(
+        r#"
+kernels:
+  - name: k
+    dims: { m: 6, k: 9 }
+    inputs: { x: "f32[m, k]" }
+    outputs: { h: "f32[m, 1]" }
+    body: |
+      p = softmax(x, axis=-1)
+      h = sum(p * log(p), axis=-1)
+"#,
+    );
+    let softmax = |c: &mut Cand| {
+        let e = c.un(UnaryOp::Exp, c.i(0));
+        let r = c.red(ReduceOp::Sum, e, 1);
+        c.bin(BinaryOp::Div, e, r)
+    };
+    let mut c = Cand::new(&t);
+    let p = softmax(&mut c);
+    let l = c.un(UnaryOp::Log, p);
+    let pl = c.bin(BinaryOp::Mul, l, p);
+    let h = c.red(ReduceOp::Sum, pl, 1);
+    assert_eq!(verdict(&t, &c.finish(&t, h)), Verdict::Equivalent, "operands swapped");
+    // log(2p) in place of log(p) changes every product.
+    let mut c = Cand::new(&t);
+    let p = softmax(&mut c);
+    let p2 = c.bin(BinaryOp::Add, p, p);
+    let l = c.un(UnaryOp::Log, p2);
+    let pl = c.bin(BinaryOp::Mul, p, l);
+    let h = c.red(ReduceOp::Sum, pl, 1);
+    assert_eq!(verdict(&t, &c.finish(&t, h)), Verdict::Different, "log(2p)");
+}

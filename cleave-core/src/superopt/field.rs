@@ -16,11 +16,22 @@
 //! [`Fp::POISON`]: undefined, matching anything where the target is undefined and nothing
 //! where it is not.
 //!
-//! Functions with no algebraic model here (`log`, `sqrt`, `sigmoid`, `gelu`, `exp` of a value
-//! whose `q`-component is unknown, and the order that `max` selects by) are *consistent
-//! uninterpreted functions*: keyed hashes of the argument's `p`-component, which is exact for
-//! any two algebraically equal computations. Keys are drawn per trial, so independent trials
-//! use independent random functions.
+//! `log` goes the other way: `|x| ↦ log_g(x²) / 2`, a homomorphism `(Z_p^*, ·) → (Z_q, +)`
+//! (the discrete logarithm base `g`, by baby-step giant-step; `x²` is always a quadratic
+//! residue). It inverts `exp` (`log(exp(y)) = y`) and turns products into sums
+//! (`m + log(Σ exp(s − m)) = log(Σ exp(s))`, the log-sum-exp a user writes stabilized), but
+//! only on the `q`-component: a `log` result's `p`-component is [`P_UNKNOWN`]. It models
+//! `log |x|`, so `log(−x) = log(x)` in the field; the float check after the search is what
+//! tells the two apart. A value may thus lack either component but never both: an operation
+//! whose result would know neither (a product of a `log` and an `exp`, as in `p · log(p)`) is
+//! a consistent uninterpreted function of its two operands instead ([`opaque`]), which loses
+//! the identities through it but invents none.
+//!
+//! Functions with no algebraic model here (`sqrt`, `sigmoid`, `gelu`, `exp` of a value whose
+//! `q`-component is unknown, `log` of a value whose `p`-component is, and the order that `max`
+//! selects by) are *consistent uninterpreted functions*: keyed hashes of the argument's known
+//! component, which is exact for any two algebraically equal computations. Keys are drawn per
+//! trial, so independent trials use independent random functions.
 
 /// The large prime: p = 2q + 1.
 pub const P: u32 = 2_147_481_143;
@@ -30,6 +41,9 @@ pub const Q: u32 = 1_073_740_571;
 pub const G: u32 = 4;
 /// Marks a `q`-component that no homomorphism determines (downstream of `exp`).
 pub const UNKNOWN: u32 = u32::MAX;
+/// Marks a `p`-component that no homomorphism determines (downstream of `log`). It lies
+/// above every ring element and below the sentinels of [`Fp`].
+pub const P_UNKNOWN: u32 = u32::MAX - 2;
 
 /// One fingerprint value.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -154,9 +168,9 @@ impl Fp {
         self.p >= Fp::POISON.p
     }
 
-    /// True for the ring's zero (a `q`-component that is unknown counts as zero).
+    /// True for the ring's zero (a component that is unknown counts as zero).
     pub fn is_zero(self) -> bool {
-        self.p == 0 && (self.q == 0 || !self.q_known())
+        (self.p == 0 || !self.p_known()) && (self.q == 0 || !self.q_known()) && (self.p_known() || self.q_known())
     }
 
     /// The image of a non-negative integer.
@@ -200,12 +214,38 @@ impl Fp {
         self.q != UNKNOWN
     }
 
+    /// True when the `p`-component is known (or is a sentinel).
+    pub fn p_known(self) -> bool {
+        self.p != P_UNKNOWN
+    }
+
+    /// The value's known component, tagged by which it is: what a consistent uninterpreted
+    /// function of the value hashes.
+    fn known_part(self) -> u64 {
+        if self.p_known() {
+            u64::from(self.p)
+        } else {
+            (1 << 32) | u64::from(self.q)
+        }
+    }
+
+    /// A value from components computed apart, either of which may be unknown; one knowing
+    /// neither is replaced by [`opaque`] of the operands `a` and `b` of `op`.
+    fn combine(op: u64, a: Fp, b: Fp, p: u32, q: u32) -> Fp {
+        if p == P_UNKNOWN && q == UNKNOWN {
+            opaque(op, a, b)
+        } else {
+            Fp { p, q }
+        }
+    }
+
     /// Multiplicative inverse; a zero component makes the trial inconclusive.
     pub fn inv(self) -> Result<Fp, ZeroDivisor> {
         if self.p == 0 || self.q == 0 {
             return Err(ZeroDivisor);
         }
-        let p = pow_mod(u64::from(self.p), u64::from(P) - 2, u64::from(P)) as u32;
+        let p =
+            if self.p_known() { pow_mod(u64::from(self.p), u64::from(P) - 2, u64::from(P)) as u32 } else { P_UNKNOWN };
         let q =
             if self.q_known() { pow_mod(u64::from(self.q), u64::from(Q) - 2, u64::from(Q)) as u32 } else { UNKNOWN };
         Ok(Fp { p, q })
@@ -221,13 +261,17 @@ impl std::ops::Add for Fp {
     type Output = Fp;
 
     fn add(self, o: Fp) -> Fp {
-        let p = ((u64::from(self.p) + u64::from(o.p)) % u64::from(P)) as u32;
+        let p = if self.p_known() && o.p_known() {
+            ((u64::from(self.p) + u64::from(o.p)) % u64::from(P)) as u32
+        } else {
+            P_UNKNOWN
+        };
         let q = if self.q_known() && o.q_known() {
             ((u64::from(self.q) + u64::from(o.q)) % u64::from(Q)) as u32
         } else {
             UNKNOWN
         };
-        Fp { p, q }
+        Fp::combine(OPAQUE_ADD, self, o, p, q)
     }
 }
 
@@ -235,7 +279,11 @@ impl std::ops::Neg for Fp {
     type Output = Fp;
 
     fn neg(self) -> Fp {
-        let p = if self.p == 0 { 0 } else { P - self.p };
+        let p = match self.p {
+            P_UNKNOWN => P_UNKNOWN,
+            0 => 0,
+            p => P - p,
+        };
         let q = match self.q {
             UNKNOWN => UNKNOWN,
             0 => 0,
@@ -257,14 +305,105 @@ impl std::ops::Mul for Fp {
     type Output = Fp;
 
     fn mul(self, o: Fp) -> Fp {
-        let p = (u64::from(self.p) * u64::from(o.p) % u64::from(P)) as u32;
+        let p = if self.p_known() && o.p_known() {
+            (u64::from(self.p) * u64::from(o.p) % u64::from(P)) as u32
+        } else {
+            P_UNKNOWN
+        };
         let q = if self.q_known() && o.q_known() {
             (u64::from(self.q) * u64::from(o.q) % u64::from(Q)) as u32
         } else {
             UNKNOWN
         };
-        Fp { p, q }
+        Fp::combine(OPAQUE_MUL, self, o, p, q)
     }
+}
+
+/// The tags of [`opaque`] for a sum and a product (a difference is the sum with a negation).
+const OPAQUE_ADD: u64 = 0x0add;
+const OPAQUE_MUL: u64 = 0x0700;
+
+/// The value of an operation whose result would have no known component: a hash of the
+/// operation and its operands (in either order, as both operations commute) with a known
+/// `p`-component, as `exp` of an unknown exponent is. Equal operands give equal results, so
+/// no identity is invented; the identities through it (associativity, distributivity) are
+/// lost. It is keyed by a constant rather than per trial because `+` and `·` see no keys; the
+/// operands themselves are drawn per trial.
+fn opaque(op: u64, a: Fp, b: Fp) -> Fp {
+    let (x, y) = if (a.p, a.q) <= (b.p, b.q) { (a, b) } else { (b, a) };
+    let h = mix(mix(op, x.known_part()), y.known_part());
+    Fp { p: (h % u64::from(P)) as u32, q: UNKNOWN }
+}
+
+/// `log_g(y)` for `y` in the subgroup of order `q` (the quadratic residues): baby-step
+/// giant-step over a table of `g^j`, `j < 2^20`, built once (16 MiB), then at most
+/// `q / 2^20` (about 1024) steps of `g^(−2^20)`. Each thread remembers its recent answers,
+/// since a search takes the log of the same few sums in candidate after candidate.
+fn dlog_g(y: u32) -> u32 {
+    const BABY_BITS: u32 = 20;
+    const SLOT_BITS: u32 = BABY_BITS + 1;
+    const MEMO: usize = 1 << 16;
+    static TABLE: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    thread_local! {
+        static SEEN: std::cell::RefCell<std::collections::HashMap<u32, u32>> = Default::default();
+    }
+    if let Some(x) = SEEN.with(|m| m.borrow().get(&y).copied()) {
+        return x;
+    }
+    let slot = |v: u32| ((u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> (64 - SLOT_BITS)) as usize;
+    let table = TABLE.get_or_init(|| {
+        // Open addressing: an entry is `g^j << 32 | j`, and 0 (no power of g is 0) is empty.
+        let mut t = vec![0u64; 1 << SLOT_BITS];
+        let mut v = 1u64;
+        for j in 0..1u64 << BABY_BITS {
+            let mut i = slot(v as u32);
+            while t[i] != 0 {
+                i = (i + 1) & ((1 << SLOT_BITS) - 1);
+            }
+            t[i] = v << 32 | j;
+            v = v * u64::from(G) % u64::from(P);
+        }
+        t
+    });
+    let find = |v: u32| -> Option<u32> {
+        let mut i = slot(v);
+        loop {
+            match table[i] {
+                0 => return None,
+                e if (e >> 32) as u32 == v => return Some(e as u32),
+                _ => i = (i + 1) & ((1 << SLOT_BITS) - 1),
+            }
+        }
+    };
+    let step = pow_mod(u64::from(G), u64::from(Q) - (1u64 << BABY_BITS) % u64::from(Q), u64::from(P));
+    let mut v = u64::from(y);
+    let mut x = None;
+    for i in 0..=u64::from(Q) >> BABY_BITS {
+        if let Some(j) = find(v as u32) {
+            x = Some(((i << BABY_BITS) + u64::from(j)) % u64::from(Q));
+            break;
+        }
+        v = v * step % u64::from(P);
+    }
+    let x = x.expect("every quadratic residue is a power of g") as u32;
+    SEEN.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MEMO {
+            m.clear();
+        }
+        m.insert(y, x);
+    });
+    x
+}
+
+/// `log |x|` in `Z_q` for a nonzero `x` of `Z_p`: `log_g(x²) / 2`. Writing `x = ±g^t`,
+/// `x² = g^(2t)`, so the result is `t`, and `log(exp(y)) = log(g^y) = y`.
+pub fn log_abs(x: u32) -> u32 {
+    debug_assert!(x != 0 && x < P);
+    let square = (u64::from(x) * u64::from(x) % u64::from(P)) as u32;
+    // The inverse of 2 mod q.
+    let half = u64::from(Q).div_ceil(2);
+    (u64::from(dlog_g(square)) * half % u64::from(Q)) as u32
 }
 
 /// The keys of the uninterpreted functions of one trial.
@@ -304,12 +443,27 @@ impl Keys {
             Fp { p: pow_g(x.q), q: UNKNOWN }
         } else {
             // exp is never zero, so its uninterpreted image avoids zero too.
-            let h = mix(self.exp_nested, u64::from(x.p));
+            let h = mix(self.exp_nested, x.known_part());
             Fp { p: (h % (u64::from(P) - 1)) as u32 + 1, q: UNKNOWN }
         }
     }
 
-    /// A consistent uninterpreted function of the `p`-component.
+    /// `log`: the homomorphism into the `q`-component on a known `p`-component, an
+    /// uninterpreted function otherwise. The log of zero is `-inf`; a `p`-component that is
+    /// zero by chance, with a nonzero `q`, makes the trial inconclusive.
+    pub fn log(&self, x: Fp) -> Result<Fp, ZeroDivisor> {
+        if x.is_zero() {
+            Ok(Fp::NEG_INF)
+        } else if !x.p_known() {
+            Ok(self.apply(Uninterpreted::Log, x))
+        } else if x.p == 0 {
+            Err(ZeroDivisor)
+        } else {
+            Ok(Fp { p: P_UNKNOWN, q: log_abs(x.p) })
+        }
+    }
+
+    /// A consistent uninterpreted function of the known component.
     pub fn apply(&self, f: Uninterpreted, x: Fp) -> Fp {
         let key = match f {
             Uninterpreted::Log => self.log,
@@ -317,7 +471,7 @@ impl Keys {
             Uninterpreted::Sigmoid => self.sigmoid,
             Uninterpreted::Gelu => self.gelu,
         };
-        let h = mix(key, u64::from(x.p));
+        let h = mix(key, x.known_part());
         let q = if x.q_known() { (mix(key ^ 0xa5a5, h) % u64::from(Q)) as u32 } else { UNKNOWN };
         Fp { p: (h % u64::from(P)) as u32, q }
     }
@@ -326,7 +480,7 @@ impl Keys {
     /// function with a total order is associative, commutative and idempotent, so a maximum
     /// over a row equals the maximum of the maxima of any partition of the row.
     pub fn rank(&self, x: Fp) -> (u64, u32) {
-        (mix(self.order, u64::from(x.p)), x.p)
+        (mix(self.order, x.known_part()), x.p)
     }
 
     /// `max(a, b)` under the trial's order.
@@ -339,14 +493,17 @@ impl Keys {
     }
 }
 
-/// True when a candidate's value `a` agrees with the target's `b`: equal `p`-components and
-/// equal `q`-components where both are known. Where the target is undefined
+/// True when a candidate's value `a` agrees with the target's `b`: equal components where
+/// both know them, and at least one component known to both (a `log` result, known only mod
+/// q, says nothing about an `exp` result, known only mod p). Where the target is undefined
 /// ([`Fp::POISON`]) any value agrees; an undefined candidate agrees with nothing else.
 pub fn agree(a: Fp, b: Fp) -> bool {
     if b.is_poison() {
         return true;
     }
-    a.p == b.p && (a.q == b.q || !a.q_known() || !b.q_known())
+    let p = a.p_known() && b.p_known();
+    let q = a.q_known() && b.q_known();
+    (p || q) && (!p || a.p == b.p) && (!q || a.q == b.q)
 }
 
 /// A uniformly random value with both components known.
@@ -421,6 +578,82 @@ mod tests {
         let rhs = keys.exp(keys.exp(a + b));
         assert!(agree(lhs, rhs));
         assert!(!agree(keys.exp(keys.exp(a)), keys.exp(keys.exp(b))));
+    }
+
+    #[test]
+    fn the_discrete_log_inverts_the_powers_of_g() {
+        let mut rng = crate::reference::Rng::new(23);
+        // The ends of the range and of the baby-step table, then random exponents.
+        let edges = [0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, Q - 1];
+        for t in edges.into_iter().chain((0..200).map(|_| rng.below(u64::from(Q)) as u32)) {
+            assert_eq!(dlog_g(pow_g(t)), t, "t = {t}");
+            // Remembered answers are the same answers.
+            assert_eq!(dlog_g(pow_g(t)), t, "t = {t}, again");
+        }
+    }
+
+    #[test]
+    fn log_is_a_homomorphism_into_the_q_component() {
+        let keys = Keys::new(7);
+        let mut rng = crate::reference::Rng::new(4);
+        for _ in 0..50 {
+            let (a, b) = (random(&mut rng), random(&mut rng));
+            // log(exp(a)) = a, known mod q only.
+            let back = keys.log(keys.exp(a)).unwrap();
+            assert!(!back.p_known() && back.q_known());
+            assert_eq!(back.q, a.q);
+            assert!(agree(back, a) && agree(a, back));
+            // log(a · b) = log(a) + log(b), log(1 / a) = −log(a), log(−a) = log(a).
+            let (la, lb) = (keys.log(a).unwrap(), keys.log(b).unwrap());
+            assert!(agree(keys.log(a * b).unwrap(), la + lb));
+            assert!(agree(keys.log(a.inv().unwrap()).unwrap(), -la));
+            assert!(agree(keys.log(-a).unwrap(), la));
+            assert!(!agree(la, lb));
+        }
+        assert_eq!(keys.log(Fp::ZERO), Ok(Fp::NEG_INF));
+        assert_eq!(keys.log(Fp::ONE).unwrap().q, 0);
+        // A zero p-component by chance, under a nonzero q, has no log: the trial is redrawn.
+        assert_eq!(keys.log(Fp { p: 0, q: 5 }), Err(ZeroDivisor));
+    }
+
+    #[test]
+    fn a_log_sum_exp_agrees_with_its_stabilized_form() {
+        // m + log(Σ exp(s − m)) = log(Σ exp(s)) for any m: what a user's max subtraction in a
+        // log-sum-exp relies on. The sums are known mod p only, the logs mod q only.
+        let keys = Keys::new(13);
+        let mut rng = crate::reference::Rng::new(8);
+        for _ in 0..20 {
+            let s: Vec<Fp> = (0..7).map(|_| random(&mut rng)).collect();
+            let m = random(&mut rng);
+            let sum = |shift: Fp| s.iter().map(|&x| keys.exp(x - shift)).reduce(|a, b| a + b).unwrap();
+            let plain = keys.log(sum(Fp::ZERO)).unwrap();
+            let stable = m + keys.log(sum(m)).unwrap();
+            assert!(agree(stable, plain) && agree(plain, stable));
+            // Without the shift added back, they differ.
+            assert!(!agree(keys.log(sum(m)).unwrap(), plain));
+        }
+    }
+
+    #[test]
+    fn a_value_known_in_neither_component_is_an_opaque_function_of_its_operands() {
+        let keys = Keys::new(19);
+        let mut rng = crate::reference::Rng::new(6);
+        let (a, b, c) = (random(&mut rng), random(&mut rng), random(&mut rng));
+        let (e, l) = (keys.exp(a), keys.log(b).unwrap());
+        // An exp result is known mod p only, a log result mod q only: they share nothing to
+        // compare, so they do not agree, even though nothing tells them apart.
+        assert!(!agree(e, l) && !agree(l, e));
+        // Their product and sum are known mod p (uninterpreted), commute, and depend on both.
+        let (prod, sum) = (e * l, e + l);
+        assert!(prod.p_known() && !prod.q_known() && sum.p_known() && prod != sum);
+        assert_eq!(prod, l * e);
+        assert_eq!(sum, l + e);
+        assert_ne!(prod, keys.exp(c) * l);
+        assert_ne!(prod, e * keys.log(c).unwrap());
+        // A function of a log result is a function of its q-component.
+        let (sq, sq2) = (keys.apply(Uninterpreted::Sqrt, l), keys.apply(Uninterpreted::Sqrt, keys.log(c).unwrap()));
+        assert!(sq.p_known() && sq != sq2);
+        assert_ne!(keys.rank(l), keys.rank(keys.log(c).unwrap()));
     }
 
     #[test]

@@ -13,11 +13,17 @@
 //! - `max` (binary or reduction) selects by a random total order: it models associativity,
 //!   commutativity and idempotence (so any split of a max-reduction is recognized), not
 //!   monotonicity (`max(a + c, b + c) = max(a, b) + c` is not recognized).
-//! - `log`, `sqrt`, `sigmoid`, `gelu` and `exp` of an `exp`-dependent value are random
-//!   functions of the argument's `p`-component: consistent (equal arguments, equal results),
-//!   but identities *through* them (`exp(u + v) = exp(u) exp(v)` for `exp`-dependent `u`,
-//!   `log(exp(x)) = x`, `sqrt(x)² = x`) are not recognized, so such equivalences are missed,
-//!   never invented; two different arguments collide with probability about `1/p`.
+//! - `log` is the homomorphism back from the `p`- to the `q`-component (`log(exp(x)) = x`,
+//!   `log(a · b) = log(a) + log(b)`, so `m + log(Σ exp(s − m)) = log(Σ exp(s))` for any `m`),
+//!   but of `|x|`: `log(−x) = log(x)` holds in the field, and the float check after the search
+//!   tells them apart. Its result is known mod q only, and one mixed with an `exp` result
+//!   (known mod p only) into a value that would know neither is an uninterpreted function of
+//!   the two.
+//! - `sqrt`, `sigmoid`, `gelu`, `exp` of an `exp`-dependent value and `log` of a
+//!   `log`-dependent one are random functions of the argument's known component: consistent
+//!   (equal arguments, equal results), but identities *through* them (`exp(u + v) = exp(u)
+//!   exp(v)` for `exp`-dependent `u`, `sqrt(x)² = x`) are not recognized, so such equivalences
+//!   are missed, never invented; two different arguments collide with probability about `1/p`.
 //! - A division by a value that is zero in the field makes a trial inconclusive; it is drawn
 //!   again with new inputs.
 
@@ -80,7 +86,7 @@ impl Domain for Keys {
         }
         Ok(match u {
             UnaryOp::Exp => self.exp(v),
-            UnaryOp::Log => self.apply(Uninterpreted::Log, v),
+            UnaryOp::Log => self.log(v)?,
             UnaryOp::Sqrt => self.apply(Uninterpreted::Sqrt, v),
             UnaryOp::Rsqrt => self.apply(Uninterpreted::Sqrt, v).inv()?,
             UnaryOp::Square => v * v,
@@ -127,7 +133,13 @@ impl Domain for Keys {
     /// element is undefined when any of its terms has a sentinel operand (its row of `a` or
     /// column of `b` holds one), and its `q`-component unknown when any term's is, as
     /// [`Domain::mul_add`] has it. Matmuls are most of the time the search spends checking.
+    /// An operand with an unknown `p`-component takes the element loop instead.
     fn matmul_fast(&self, a: &[Fp], b: &[Fp], m: usize, k: usize, n: usize) -> Option<Vec<Fp>> {
+        // Operands known mod q only are rare (results of `log`) and may mix with operands known
+        // mod p only into products known mod neither, which the element loop handles.
+        if a.iter().chain(b).any(|x| !x.p_known()) {
+            return None;
+        }
         let mut col_special = vec![false; n];
         let mut col_unknown = vec![false; n];
         for row in b.chunks_exact(n.max(1)).take(k) {
@@ -467,6 +479,11 @@ mod tests {
                 }
             }
         }
+        // An operand known mod q only (a log) leaves the product to the element loop.
+        let a: Vec<Fp> = (0..6).map(|_| random(&mut rng)).collect();
+        let mut b: Vec<Fp> = (0..6).map(|_| random(&mut rng)).collect();
+        b[4] = keys.log(b[4]).expect("nonzero");
+        assert_eq!(keys.matmul_fast(&a, &b, 2, 3, 2), None);
     }
 
     #[test]

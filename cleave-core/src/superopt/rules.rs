@@ -185,6 +185,15 @@ pub(super) fn rules() -> Vec<Rule> {
         // exps: with any factor the match of a quotient of two products grows with the product
         // of their e-classes, which a large saturation cannot afford.
         rw!("cancel"; "(/ (* ?a (exp ?b)) (* ?c (exp ?b)))" => "(/ ?a ?c)"),
+        // log is the inverse homomorphism, from * to +: the log of a sum of shifted exps is the
+        // log of the sum less the shift, which is how a hand-written max subtraction cancels
+        // out of a log-sum-exp. (On positive values, which is all a log is defined on.)
+        rw!("log-exp"; "(log (exp ?a))" => "?a"),
+        rw!("log-mul"; "(log (* ?a ?b))" => "(+ (log ?a) (log ?b))"),
+        rw!("log-mul-r"; "(+ (log ?a) (log ?b))" => "(log (* ?a ?b))"),
+        rw!("log-recip"; "(log (recip ?a))" => "(neg (log ?a))"),
+        // A term added and subtracted again cancels, as a factor does from a quotient.
+        rw!("cancel-add"; "(+ (+ ?x ?a) (neg ?a))" => "?x"),
     ];
     // A factor constant along the summed indices leaves the sum, and may re-enter it.
     r.push(rw!("sum-mul"; "(sum ?A (* ?a ?b))" => "(* (sum ?A ?a) ?b)" if disjoint("?A", "?b")));

@@ -2,8 +2,9 @@
 //!
 //! `matmul(a, b)` is `sum(C, a * b)` over the atoms `C` of the contracted axis; `transpose` and
 //! `split` are the identity on terms (they move or regroup indices, never values); a reduction
-//! is `sum`/`rmax`/`mean` over the atoms of its axis; `square(x)` is `x * x`. The functions the
-//! rules do not interpret (`exp`, `log`, `sqrt`, …) stay opaque constructors. Index sets are
+//! is `sum`/`rmax`/`mean` over the atoms of its axis; `square(x)` is `x * x`. Functions are
+//! constructors the rules interpret only as far as they say (`exp` and `log` through their
+//! homomorphisms between `+` and `*`; `sqrt`, `sigmoid`, … not at all). Index sets are
 //! leaves ([`AtomSet`]), so the rules can compute unions and splits of them.
 
 use std::fmt;
