@@ -228,3 +228,29 @@ fn paged_decode_finds_split_kv_and_chooses_it() {
         assert_eq!(derived.len(), 1, "{kernel}: the split count is the launcher's, from the lengths: {derived:?}");
     }
 }
+
+#[test]
+fn a_max_a_user_subtracts_in_a_log_sum_exp_cancels_out() {
+    // `m + log(Σ exp(x − m))` and `x − m − log(Σ exp(x − m))` (log-softmax) with `m = max(x)`:
+    // log turns the shifted sum's factor `exp(−m)` into a term `−m` that cancels, so the search
+    // finds each form without the max, whose exps the scheduler stabilizes itself.
+    for (what, body, out) in [
+        ("log-sum-exp", "m = max(x, axis=-1)\n      y = m + log(sum(exp(x - m), axis=-1))", "f32[t, 1]"),
+        ("log-softmax", "m = max(x, axis=-1)\n      y = x - m - log(sum(exp(x - m), axis=-1))", "f32[t, v]"),
+    ] {
+        let g = common::graph(&format!(
+            "kernels:\n  - name: k\n    dims: {{ t: 6, v: 40 }}\n    inputs: {{ x: \"f32[t, v]\" }}\n    \
+             outputs: {{ y: \"{out}\" }}\n    body: |\n      {body}\n"
+        ));
+        let r = search(&g, &options()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(r.stop_reason.name(), "exhausted", "{what}");
+        assert!(r.rejected.is_empty(), "{what}");
+        let unshifted = r.graphs.iter().find(|f| {
+            let g = f.graph.graph();
+            !g.nodes.iter().any(|n| matches!(n.op, Op::Reduce(ReduceOp::Max, _) | Op::Split(_)))
+                && g.op_count() + 2 <= r.symbolic.graph.op_count()
+        });
+        let f = unshifted.unwrap_or_else(|| panic!("{what}: {}", cleave_core::superopt::explain_text(&r)));
+        assert_eq!(f.checks.float, Check::Passed, "{what}");
+    }
+}

@@ -192,8 +192,12 @@ pub(super) fn rules() -> Vec<Rule> {
         rw!("log-mul"; "(log (* ?a ?b))" => "(+ (log ?a) (log ?b))"),
         rw!("log-mul-r"; "(+ (log ?a) (log ?b))" => "(log (* ?a ?b))"),
         rw!("log-recip"; "(log (recip ?a))" => "(neg (log ?a))"),
-        // A term added and subtracted again cancels, as a factor does from a quotient.
+        // A term added and subtracted again cancels, as a factor does from a quotient; a
+        // negation distributes over a sum and undoes itself, so a shift subtracted inside a
+        // subtrahend, `(x − m) − (l − m)`, cancels too.
         rw!("cancel-add"; "(+ (+ ?x ?a) (neg ?a))" => "?x"),
+        rw!("neg-add"; "(neg (+ ?a ?b))" => "(+ (neg ?a) (neg ?b))"),
+        rw!("neg-neg"; "(neg (neg ?a))" => "?a"),
     ];
     // A factor constant along the summed indices leaves the sum, and may re-enter it.
     r.push(rw!("sum-mul"; "(sum ?A (* ?a ?b))" => "(* (sum ?A ?a) ?b)" if disjoint("?A", "?b")));
