@@ -506,8 +506,9 @@ fn log_sum_exp_near_misses_are_rejected() {
 
 #[test]
 fn an_entropy_mixes_exp_and_log_results_consistently() {
-    // Σ p · log(p) for p = softmax(x): each product of a value known mod p (p) and one known
-    // mod q (its log) is an uninterpreted function of the two, the same in both graphs.
+    // Σ p · log(p) for p = softmax(x): under the homomorphic reading of log, each product of
+    // a value known mod p (p) and one known mod q (its log) is an uninterpreted function of
+    // the two, the same in both graphs.
     let t = symbolic(
         r#"
 kernels:
@@ -531,6 +532,17 @@ kernels:
     let pl = c.bin(BinaryOp::Mul, l, p);
     let h = c.red(ReduceOp::Sum, pl, 1);
     assert_eq!(verdict(&t, &c.finish(&t, h)), Verdict::Equivalent, "operands swapped");
+    // (exp(x) · log(p)) / Σ exp(x): the division moved past the opaque product, which only the
+    // second reading of log, as a random function, proves.
+    let mut c = Cand::new(&t);
+    let p = softmax(&mut c);
+    let l = c.un(UnaryOp::Log, p);
+    let e = c.un(UnaryOp::Exp, c.i(0));
+    let r = c.red(ReduceOp::Sum, e, 1);
+    let el = c.bin(BinaryOp::Mul, e, l);
+    let pl = c.bin(BinaryOp::Div, el, r);
+    let h = c.red(ReduceOp::Sum, pl, 1);
+    assert_eq!(verdict(&t, &c.finish(&t, h)), Verdict::Equivalent, "division moved");
     // log(2p) in place of log(p) changes every product.
     let mut c = Cand::new(&t);
     let p = softmax(&mut c);

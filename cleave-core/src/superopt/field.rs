@@ -25,7 +25,9 @@
 //! tells the two apart. A value may thus lack either component but never both: an operation
 //! whose result would know neither (a product of a `log` and an `exp`, as in `p · log(p)`) is
 //! a consistent uninterpreted function of its two operands instead ([`opaque`]), which loses
-//! the identities through it but invents none.
+//! the identities through it but invents none. Because of that loss, a trial may also read
+//! `log` the old way, as an uninterpreted function ([`LogReading`]); a verifier whose target
+//! takes a log compares under both readings and accepts what either proves.
 //!
 //! Functions with no algebraic model here (`sqrt`, `sigmoid`, `gelu`, `exp` of a value whose
 //! `q`-component is unknown, `log` of a value whose `p`-component is, and the order that `max`
@@ -406,7 +408,7 @@ pub fn log_abs(x: u32) -> u32 {
     (u64::from(dlog_g(square)) * half % u64::from(Q)) as u32
 }
 
-/// The keys of the uninterpreted functions of one trial.
+/// The keys of the uninterpreted functions of one trial, and its reading of `log`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keys {
     exp_nested: u64,
@@ -415,6 +417,20 @@ pub struct Keys {
     sigmoid: u64,
     gelu: u64,
     order: u64,
+    log_reading: LogReading,
+}
+
+/// How a trial reads `log`. Each reading proves identities the other cannot, and neither
+/// invents one, so a candidate that agrees with the target under either is equivalent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogReading {
+    /// The homomorphism into the `q`-component: identities through the log
+    /// (`m + log(Σ exp(s − m)) = log(Σ exp(s))`), at the price of results known mod q only,
+    /// whose products with `exp` results are opaque (`(e / s) · log(p) ≠ (e · log(p)) / s`).
+    Homomorphism,
+    /// A consistent uninterpreted function of the argument, known in both components: no
+    /// identity through the log, all of them around it.
+    Opaque,
 }
 
 /// The uninterpreted functions the fingerprint interpreter needs.
@@ -434,7 +450,20 @@ impl Keys {
     /// Keys drawn from a seed.
     pub fn new(seed: u64) -> Keys {
         let k = |i: u64| mix(seed, 0x5eed_0000 + i);
-        Keys { exp_nested: k(1), log: k(2), sqrt: k(3), sigmoid: k(4), gelu: k(5), order: k(6) }
+        Keys {
+            exp_nested: k(1),
+            log: k(2),
+            sqrt: k(3),
+            sigmoid: k(4),
+            gelu: k(5),
+            order: k(6),
+            log_reading: LogReading::Homomorphism,
+        }
+    }
+
+    /// The same keys with `log` read as `reading`.
+    pub fn reading_log(self, reading: LogReading) -> Keys {
+        Keys { log_reading: reading, ..self }
     }
 
     /// `exp`: the homomorphism on a known `q`-component, an uninterpreted function otherwise.
@@ -448,13 +477,15 @@ impl Keys {
         }
     }
 
-    /// `log`: the homomorphism into the `q`-component on a known `p`-component, an
-    /// uninterpreted function otherwise. The log of zero is `-inf`; a `p`-component that is
-    /// zero by chance, with a nonzero `q`, makes the trial inconclusive.
+    /// `log`: under [`LogReading::Homomorphism`], the homomorphism into the `q`-component on a
+    /// known `p`-component, an uninterpreted function otherwise; under
+    /// [`LogReading::Opaque`], always the uninterpreted function. The log of zero is `-inf`;
+    /// a `p`-component that is zero by chance, with a nonzero `q`, makes the trial
+    /// inconclusive.
     pub fn log(&self, x: Fp) -> Result<Fp, ZeroDivisor> {
         if x.is_zero() {
             Ok(Fp::NEG_INF)
-        } else if !x.p_known() {
+        } else if !x.p_known() || self.log_reading == LogReading::Opaque {
             Ok(self.apply(Uninterpreted::Log, x))
         } else if x.p == 0 {
             Err(ZeroDivisor)
@@ -650,6 +681,12 @@ mod tests {
         assert_eq!(sum, l + e);
         assert_ne!(prod, keys.exp(c) * l);
         assert_ne!(prod, e * keys.log(c).unwrap());
+        // Read as a random function, a log is known in both components, and the products
+        // around it are ring products again.
+        let opaque = keys.reading_log(LogReading::Opaque);
+        let lo = opaque.log(b).unwrap();
+        assert!(lo.p_known() && lo.q_known());
+        assert_eq!(e * lo * e, e * (lo * e));
         // A function of a log result is a function of its q-component.
         let (sq, sq2) = (keys.apply(Uninterpreted::Sqrt, l), keys.apply(Uninterpreted::Sqrt, keys.log(c).unwrap()));
         assert!(sq.p_known() && sq != sq2);

@@ -18,7 +18,8 @@
 //!   but of `|x|`: `log(−x) = log(x)` holds in the field, and the float check after the search
 //!   tells them apart. Its result is known mod q only, and one mixed with an `exp` result
 //!   (known mod p only) into a value that would know neither is an uninterpreted function of
-//!   the two.
+//!   the two. What that loses, a second reading of `log` as a random function recovers: a
+//!   verifier whose target takes a log accepts a candidate that either reading proves.
 //! - `sqrt`, `sigmoid`, `gelu`, `exp` of an `exp`-dependent value and `log` of a
 //!   `log`-dependent one are random functions of the argument's known component: consistent
 //!   (equal arguments, equal results), but identities *through* them (`exp(u + v) = exp(u)
@@ -27,7 +28,7 @@
 //! - A division by a value that is zero in the field makes a trial inconclusive; it is drawn
 //!   again with new inputs.
 
-use super::field::{agree, random, Fp, Keys, Uninterpreted, ZeroDivisor, P, Q, UNKNOWN};
+use super::field::{agree, random, Fp, Keys, LogReading, Uninterpreted, ZeroDivisor, P, Q, UNKNOWN};
 use crate::eval::{self, Dense, Domain};
 use crate::graph::{BinaryOp, Bindings, DimTable, Node, Op, ReduceOp, UnaryOp};
 use crate::reference::Rng;
@@ -286,6 +287,9 @@ pub struct Verifier {
     target_outputs: Vec<usize>,
     n_inputs: usize,
     trials: Vec<Trial>,
+    /// The same trials with `log` read as an uninterpreted function, when the target takes a
+    /// log: a candidate the first reading rejects is compared again under this one.
+    opaque_log: Vec<Trial>,
 }
 
 /// A worker's evaluation buffers.
@@ -367,7 +371,21 @@ impl Verifier {
             let Some((draw, inputs, outputs)) = found else { return Err(ZERO_DIVISOR) };
             out.push(Trial { bindings, keys, seed: trial_seed, draw, inputs, outputs });
         }
-        Ok(Verifier { target, table: table.clone(), target_outputs, n_inputs, trials: out })
+        let mut opaque_log = Vec::new();
+        if target.iter().any(|n| n.op == Op::Unary(UnaryOp::Log)) {
+            for t in &out {
+                let keys = t.keys.reading_log(LogReading::Opaque);
+                // The other reading divides as the first does, but for a zero divisor in its
+                // uninterpreted values: then this reading is left out.
+                if eval_into(&target, table, &t.bindings, &t.inputs, &keys, &mut scratch).is_err() {
+                    opaque_log.clear();
+                    break;
+                }
+                let outputs = target_outputs.iter().map(|&o| scratch[o].clone()).collect();
+                opaque_log.push(Trial { keys, outputs, ..t.clone() });
+            }
+        }
+        Ok(Verifier { target, table: table.clone(), target_outputs, n_inputs, trials: out, opaque_log })
     }
 
     /// Number of trials.
@@ -377,8 +395,21 @@ impl Verifier {
 
     /// Compares a candidate arena (same leaves as the target) whose outputs are the nodes
     /// `outputs`, matched in order with the target's outputs.
+    /// Under the homomorphic reading of `log` first and, where that finds a difference and
+    /// the target takes a log, under the uninterpreted reading.
     pub fn check(&self, candidate: &[Node], outputs: &[usize], scratch: &mut Scratch) -> Verdict {
-        for trial in &self.trials {
+        let first = self.check_trials(&self.trials, candidate, outputs, scratch);
+        if first == Verdict::Different
+            && !self.opaque_log.is_empty()
+            && self.check_trials(&self.opaque_log, candidate, outputs, scratch) == Verdict::Equivalent
+        {
+            return Verdict::Equivalent;
+        }
+        first
+    }
+
+    fn check_trials(&self, trials: &[Trial], candidate: &[Node], outputs: &[usize], scratch: &mut Scratch) -> Verdict {
+        for trial in trials {
             match self.check_trial(trial, candidate, outputs, scratch) {
                 Verdict::Equivalent => {}
                 other => return other,
