@@ -141,3 +141,65 @@ fn a_kernel_larger_than_the_search_is_refused_before_any_work_and_still_compiles
     assert!(compiled.search.is_err());
     assert!(!compiled.best().kernels.is_empty());
 }
+
+/// `n` ops (`n` even, at least 6): a chain of `sigmoid(t) + x` ended by `sum(t − x)`, whose
+/// last `+ x` the `− x` undoes.
+fn undone_chain(n: usize) -> String {
+    let mut body = vec!["t0 = exp(x) * x".to_string()];
+    let mut ops = 2;
+    let mut i = 0;
+    while ops + 2 < n - 1 {
+        i += 1;
+        body.push(format!("t{i} = sigmoid(t{}) + x", i - 1));
+        ops += 2;
+    }
+    body.push(format!("y = sum(t{i} - x, axis=-1)"));
+    let body: String = body.iter().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "kernels:\n  - name: undone\n    dims: {{ a: 3, f: {{ value: 64, dynamic: true }} }}\n    \
+         inputs: {{ x: \"f32[a, f]\" }}\n    outputs: {{ y: \"f32[a, 1]\" }}\n    body: |\n{body}"
+    )
+}
+
+#[test]
+fn a_term_added_and_subtracted_cancels_without_filling_the_e_graph() {
+    // Cancellation among the other rules made a cycle that associativity grew without end: a
+    // 9-op kernel filled the node limit, and a 58-op one ran to the time limit. Run after
+    // them, it only merges: the e-graph stays small, the search is exhausted, and it finds
+    // the kernel without the `+ x − x`.
+    for n in [8, 58] {
+        let g = common::graph(&undone_chain(n));
+        assert_eq!(g.op_count(), n);
+        let r = search(&g, &quick()).expect("search runs");
+        assert_eq!(r.stop_reason.name(), "exhausted", "{n} ops");
+        assert_eq!(r.egraph.stop_reason, "saturated", "{n} ops");
+        assert!(r.egraph.nodes < 40 * n, "{n} ops: {} e-nodes", r.egraph.nodes);
+        assert!(
+            r.graphs.iter().any(|f| f.graph.op_count() == n - 2),
+            "{n} ops: the graph without `+ x − x`:\n{}",
+            cleave_core::superopt::explain_text(&r)
+        );
+    }
+}
+
+#[test]
+fn a_kernel_too_large_to_search_with_split_is_searched_without() {
+    // 60 ops: Split would add a split of `x` and a combine of the sum, and 60 is the most the
+    // enumeration builds.
+    let g = common::graph(&undone_chain(60));
+    assert_eq!(g.op_count(), 60);
+    let sym = cleave_core::symbolic::symbolize(&g);
+    let reduced = vec![true; sym.graph.dims.len()];
+    let bound = cleave_core::superopt::default_max_ops(&sym.graph, &reduced, true);
+    assert!(bound > cleave_core::superopt::MAX_SEARCH_OPS, "{bound}");
+    let r = search(&g, &quick()).expect("searched without Split");
+    assert_eq!(r.split_refused, Some(bound));
+    assert!(r.graphs.iter().all(|f| !f.has_split()));
+    assert!(!r.graphs.is_empty());
+    let text = cleave_core::superopt::summary_text(&r);
+    assert!(text.contains("without split only: with it, graphs of up to"), "{text}");
+    assert!(cleave_core::superopt::to_json(&r).contains(&format!("\"split_refused_bound\": {bound}")));
+    // Asked for Split with an explicit bound, the search still refuses rather than change it.
+    let opts = SearchOptions { max_ops: Some(bound), ..quick() };
+    assert!(matches!(search(&g, &opts), Err(SearchError::Options(_))));
+}

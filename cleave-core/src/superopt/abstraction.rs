@@ -11,7 +11,7 @@ use std::time::Duration;
 use egg::{Id, Runner, SimpleScheduler, StopReason};
 
 use super::atoms::Atoms;
-use super::rules::rules;
+use super::rules::{cancellations, rules};
 use super::term::{op_term, FreeAtoms, Term, TermGraph};
 use crate::graph::{Dim, Graph, Op};
 
@@ -31,6 +31,9 @@ impl Default for EGraphLimits {
         EGraphLimits { nodes: 200_000, iterations: 40, time: Duration::from_secs(20) }
     }
 }
+
+/// Rounds of the cancellation rules after the saturation.
+const CANCELLATION_ROUNDS: usize = 4;
 
 /// Size and stop reason of the saturation, for reports.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,6 +81,28 @@ impl Abstraction {
             .with_scheduler(SimpleScheduler);
         runner.roots = roots;
         let runner = runner.run(&rules());
+        let first_iterations = runner.iterations.len();
+        // Then the cancellations, on the result: they merge classes and add nothing, so a
+        // few rounds (cancellations that a merge exposes) stay within any limit.
+        let (first_stop, roots) = (runner.stop_reason.clone(), runner.roots.clone());
+        let mut egraph = runner.egraph;
+        egraph.rebuild();
+        let mut second = Runner::default()
+            .with_egraph(egraph)
+            .with_iter_limit(CANCELLATION_ROUNDS)
+            .with_node_limit(usize::MAX)
+            .with_time_limit(limits.time)
+            .with_scheduler(SimpleScheduler);
+        second.roots = roots;
+        let mut runner = second.run(&cancellations());
+        runner.stop_reason = match (first_stop, runner.stop_reason) {
+            (Some(StopReason::Saturated) | None, Some(StopReason::TimeLimit(t))) => Some(StopReason::TimeLimit(t)),
+            (first, _) => first,
+        };
+        // Rounds that merged something: a target with nothing to cancel reports what the
+        // rules alone took.
+        let iterations =
+            first_iterations + runner.iterations.iter().filter(|it| it.applied.values().any(|&n| n > 0)).count();
         let (stop_reason, timed_out) = match runner.stop_reason.as_ref() {
             Some(StopReason::Saturated) | None => ("saturated".to_string(), false),
             Some(StopReason::IterationLimit(_)) => ("iteration_limit".to_string(), false),
@@ -91,7 +116,7 @@ impl Abstraction {
         let stats = EGraphStats {
             classes: egraph.number_of_classes(),
             nodes: egraph.total_number_of_nodes(),
-            iterations: runner.iterations.len(),
+            iterations,
             stop_reason,
             timed_out,
         };

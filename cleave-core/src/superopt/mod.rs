@@ -182,6 +182,9 @@ pub struct SearchResult {
     pub stage_seconds: [f64; 3],
     /// The search without Split that followed, when this one (with Split) stopped at a limit.
     pub without_split: Option<PlainPhase>,
+    /// The size bound a search with Split would have needed, when it was above
+    /// [`MAX_SEARCH_OPS`] and the space without Split was searched instead.
+    pub split_refused: Option<usize>,
 }
 
 /// The search without Split that follows a search with Split stopped at a limit: the smaller
@@ -326,8 +329,18 @@ pub fn search(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchResul
     if !opts.split {
         return search_space(concrete, opts);
     }
-    let mut result =
-        search_space(concrete, &SearchOptions { time_limit: opts.time_limit.mul_f64(SPLIT_SHARE), ..opts.clone() })?;
+    let with_split =
+        search_space(concrete, &SearchOptions { time_limit: opts.time_limit.mul_f64(SPLIT_SHARE), ..opts.clone() });
+    let mut result = match with_split {
+        // Split adds ops for its splits and combines; a kernel too large for those may still
+        // be small enough to search without them, with the whole time limit.
+        Err(SearchError::TooLarge { bound, .. }) if opts.max_ops.is_none() => {
+            let mut plain = search_space(concrete, &SearchOptions { split: false, ..opts.clone() })?;
+            plain.split_refused = Some(bound);
+            return Ok(plain);
+        }
+        other => other?,
+    };
     if result.stop_reason != StopReason::Exhausted {
         let left = opts.time_limit.saturating_sub(start.elapsed());
         let plain = search_space(concrete, &SearchOptions { split: false, time_limit: left, ..opts.clone() })?;
@@ -521,5 +534,6 @@ fn search_space(concrete: &ValidGraph, opts: &SearchOptions) -> Result<SearchRes
         ],
         symbolic,
         without_split: None,
+        split_refused: None,
     })
 }

@@ -23,6 +23,8 @@ struct SearchJson<'a> {
     rejected_by_final_checks: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     without_split: Option<PlainPhaseJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split_refused_bound: Option<usize>,
     graphs: Vec<GraphJson>,
 }
 
@@ -233,6 +235,7 @@ pub fn to_json(r: &SearchResult) -> String {
             states_explored: p.states_explored,
             stop_reason: p.stop_reason.name(),
         }),
+        split_refused_bound: r.split_refused,
         graphs: r.graphs.iter().map(graph_json).collect(),
     };
     serde_json::to_string_pretty(&doc).expect("the report serializes")
@@ -287,8 +290,15 @@ pub fn summary_text(r: &SearchResult) -> String {
 }
 
 /// The line that reports the search without Split after a search with Split stopped at a
-/// limit, if there was one.
+/// limit, or in place of one too large to run, if there was one.
 pub fn plain_phase_text(r: &SearchResult) -> Option<String> {
+    if let Some(bound) = r.split_refused {
+        return Some(format!(
+            "without split only: with it, graphs of up to {bound} ops would be searched, and the search builds at \
+             most {}",
+            super::MAX_SEARCH_OPS
+        ));
+    }
     let p = r.without_split.as_ref()?;
     Some(format!(
         "then without split: {} more graph{} in {:.2} s, {} states explored, stopped: {}",

@@ -155,6 +155,16 @@ impl Applier<Term, FreeAtoms> for SplitInvSize {
     }
 }
 
+/// The rules run after [`rules`] has saturated (or stopped at a limit), without it: a term
+/// added and subtracted again cancels, as a factor does from a quotient. They only merge
+/// classes, never add a node, so they cannot grow the e-graph. Run among the other rules they
+/// would: a cancellation puts `t` into the class of `(t + x) − x`, and from that cycle
+/// associativity builds new sums with every term in reach, which filled the node limit from a
+/// 9-op kernel with one `+ x` undone by a `− x`.
+pub(super) fn cancellations() -> Vec<Rule> {
+    vec![rw!("cancel-add"; "(+ (+ ?x ?a) (neg ?a))" => "?x")]
+}
+
 /// The rule set.
 pub(super) fn rules() -> Vec<Rule> {
     let mut r: Vec<Rule> = vec![
@@ -192,10 +202,9 @@ pub(super) fn rules() -> Vec<Rule> {
         rw!("log-mul"; "(log (* ?a ?b))" => "(+ (log ?a) (log ?b))"),
         rw!("log-mul-r"; "(+ (log ?a) (log ?b))" => "(log (* ?a ?b))"),
         rw!("log-recip"; "(log (recip ?a))" => "(neg (log ?a))"),
-        // A term added and subtracted again cancels, as a factor does from a quotient; a
-        // negation distributes over a sum and undoes itself, so a shift subtracted inside a
-        // subtrahend, `(x − m) − (l − m)`, cancels too.
-        rw!("cancel-add"; "(+ (+ ?x ?a) (neg ?a))" => "?x"),
+        // A negation distributes over a sum and undoes itself, so that a shift subtracted
+        // inside a subtrahend, `(x − m) − (l − m)`, meets the shift it cancels against (see
+        // `cancellations`).
         rw!("neg-add"; "(neg (+ ?a ?b))" => "(+ (neg ?a) (neg ?b))"),
         rw!("neg-neg"; "(neg (neg ?a))" => "?a"),
     ];
