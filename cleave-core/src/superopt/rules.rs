@@ -159,8 +159,8 @@ impl Applier<Term, FreeAtoms> for SplitInvSize {
 /// added and subtracted again cancels, as a factor does from a quotient. They only merge
 /// classes, never add a node, so they cannot grow the e-graph. Run among the other rules they
 /// would: a cancellation puts `t` into the class of `(t + x) − x`, and from that cycle
-/// associativity builds new sums with every term in reach, which filled the node limit from a
-/// 9-op kernel with one `+ x` undone by a `− x`.
+/// associativity builds new sums with every term in reach, which filled the node limit from an
+/// 8-op kernel with one `+ x` undone by a `− x`.
 pub(super) fn cancellations() -> Vec<Rule> {
     vec![rw!("cancel-add"; "(+ (+ ?x ?a) (neg ?a))" => "?x")]
 }
