@@ -231,14 +231,26 @@ fn interpreted_within_tolerance(g: &cleave_core::graph::ValidGraph, l: &Launch, 
             b.values[v.index()] = extent;
         }
     }
-    let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
-    let want = eval(g, &b, &inputs).expect("reference");
+    let (got, want) = interpreted(g, l, &b, seed, scale);
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(g, &b, 0.0), "{e}");
+}
+
+/// The launch's outputs in the tile interpreter and the reference's, on fresh random inputs
+/// at the bindings `b` of the declared dims.
+fn interpreted(
+    g: &cleave_core::graph::ValidGraph,
+    l: &Launch,
+    b: &Bindings,
+    seed: u64,
+    scale: f64,
+) -> (Vec<cleave_core::reference::Tensor>, Vec<cleave_core::reference::Tensor>) {
+    let inputs = random_inputs(g, b, seed, &InputScale { default: scale, per_input: Vec::new() });
+    let want = eval(g, b, &inputs).expect("reference");
     let mut lb = Bindings::of_table(l.dims());
     lb.values[..b.values.len()].copy_from_slice(&b.values);
     lb.complete(l.dims());
-    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
-    let e = max_rel_err(&got[0].data, &want[0].data);
-    assert!(e < tolerance(g, &b, 0.0), "{e}");
+    (interp::run(l, &lb, &inputs, 3).expect("interpreter"), want)
 }
 
 /// The two tile kernels of a launch whose first stores a product's computed right operand to
@@ -970,12 +982,7 @@ kernels:
     for (name, v) in [("s", 29), ("l", 143)] {
         b.values[g.dims.find(name).expect("dim").index()] = v;
     }
-    let inputs = random_inputs(&g, &b, 3, &InputScale { default: 11.0, per_input: Vec::new() });
-    let want = eval(&g, &b, &inputs).expect("reference");
-    let mut lb = Bindings::of_table(l.dims());
-    lb.values[..b.values.len()].copy_from_slice(&b.values);
-    lb.complete(l.dims());
-    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let (got, want) = interpreted(&g, l, &b, 3, 11.0);
     let lse = want[1].data.iter().fold(0.0f64, |a, x| a.max(x.abs()));
     assert!(lse > 100.0, "large scores: |lse| up to {lse}");
     for (i, name) in ["o", "lse"].iter().enumerate() {

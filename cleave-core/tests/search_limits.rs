@@ -111,18 +111,24 @@ kernels:
     assert!(r.states_explored <= 200_000);
 }
 
-/// A chain of `n` elementwise ops over a rank-6 input (`n` odd, at least 3).
-fn chain(n: usize) -> String {
+/// The body lines `t0 = exp(x) * x`, `t1 = sigmoid(t0) + x`, … while fewer than `below` ops
+/// would remain after another, two ops a line; then `last` of the last `t` written.
+fn sigmoid_chain(below: usize, last: impl Fn(&str) -> String) -> String {
     let mut body = vec!["t0 = exp(x) * x".to_string()];
     let mut ops = 2;
     let mut i = 0;
-    while ops + 2 < n {
+    while ops + 2 < below {
         i += 1;
         body.push(format!("t{i} = sigmoid(t{}) + x", i - 1));
         ops += 2;
     }
-    body.push(format!("y = t{i} - x"));
-    let body: String = body.iter().map(|l| format!("      {l}\n")).collect();
+    body.push(last(&format!("t{i}")));
+    body.iter().map(|l| format!("      {l}\n")).collect()
+}
+
+/// A chain of `n` elementwise ops over a rank-6 input (`n` odd, at least 3).
+fn chain(n: usize) -> String {
+    let body = sigmoid_chain(n, |t| format!("y = {t} - x"));
     format!(
         "kernels:\n  - name: chain\n    dims: {{ a: 3, b: 4, c: 5, d: 6, e: 7, f: {{ value: 64, dynamic: true }} }}\n    \
          inputs: {{ x: \"f32[a, b, c, d, e, f]\" }}\n    outputs: {{ y: \"f32[a, b, c, d, e, f]\" }}\n    body: |\n{body}"
@@ -145,16 +151,7 @@ fn a_kernel_larger_than_the_search_is_refused_before_any_work_and_still_compiles
 /// `n` ops (`n` even, at least 6): a chain of `sigmoid(t) + x` ended by `sum(t − x)`, whose
 /// last `+ x` the `− x` undoes.
 fn undone_chain(n: usize) -> String {
-    let mut body = vec!["t0 = exp(x) * x".to_string()];
-    let mut ops = 2;
-    let mut i = 0;
-    while ops + 2 < n - 1 {
-        i += 1;
-        body.push(format!("t{i} = sigmoid(t{}) + x", i - 1));
-        ops += 2;
-    }
-    body.push(format!("y = sum(t{i} - x, axis=-1)"));
-    let body: String = body.iter().map(|l| format!("      {l}\n")).collect();
+    let body = sigmoid_chain(n - 1, |t| format!("y = sum({t} - x, axis=-1)"));
     format!(
         "kernels:\n  - name: undone\n    dims: {{ a: 3, f: {{ value: 64, dynamic: true }} }}\n    \
          inputs: {{ x: \"f32[a, f]\" }}\n    outputs: {{ y: \"f32[a, 1]\" }}\n    body: |\n{body}"
