@@ -65,23 +65,38 @@ fn schedule_plans_for_the_architectures_given() {
 }
 
 /// `--at b=256` plans for another extent, as a build does for an `also` extent: the plan the
-/// schedule prints is made for 256 rows (its row tile grows past the 16 declared), and bad
-/// extents are refused with the dim named.
+/// schedule prints is made for 256 rows (its row tile grows past the 16 declared), beside the
+/// estimate of the declared extents' plan run at 256 rows; bad extents are refused with the
+/// dim named.
 #[test]
 fn schedule_plans_at_the_extents_given() {
-    let rows = |args: &[&str]| -> (u64, String) {
+    let rows = |args: &[&str]| -> (u64, String, serde_json::Value) {
         let mut all = vec!["schedule", KERNELS, "--kernel", "matmul_decode", "--arch", "90", "--json"];
         all.extend_from_slice(args);
         let (code, out, err) = cleave(&all);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
         let k = &v["candidates"][0]["kernels"][0];
-        (k["tile_config"]["output"]["b"].as_u64().expect("a row tile"), k["program"].to_string())
+        (k["tile_config"]["output"]["b"].as_u64().expect("a row tile"), k["program"].to_string(), v)
     };
-    let (declared, _) = rows(&[]);
-    let (wide, program) = rows(&["--at", "b=256"]);
+    let (declared, _, plain) = rows(&[]);
+    let (wide, program, at) = rows(&["--at", "b=256"]);
     assert_eq!(declared, 16);
     assert!(wide > 16, "{wide}: {program}");
+    // Sixteen blocks of 16 rows each stream the whole weight: the 16-row plan is estimated at
+    // more than twice the time of the plan made for 256 rows.
+    assert!(plain.get("declared_plan").is_none());
+    let own = at["candidates"][0]["estimated_seconds"].as_f64().expect("seconds");
+    assert_eq!(at["declared_plan"]["extents"], "b=16");
+    let declared_there = at["declared_plan"]["estimated_seconds"].as_f64().expect("seconds");
+    assert!(declared_there > 2.0 * own, "{declared_there} against {own}");
+    // At the declared extents the two are one plan, and one estimate.
+    let (_, _, same) = rows(&["--at", "b=16"]);
+    let own16 = same["candidates"][0]["estimated_seconds"].as_f64().expect("seconds");
+    assert_eq!(same["declared_plan"]["estimated_seconds"].as_f64(), Some(own16));
+    let (code, out, err) = cleave(&["schedule", KERNELS, "--kernel", "matmul_decode", "--arch", "90", "--at", "b=256"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the plan made for b=16, run at these extents: "), "{out}");
     for (at, why) in [
         ("k=64", "`k` is static (4096) and cannot change"),
         ("z=4", "`z` is not a dim of `matmul_decode`"),

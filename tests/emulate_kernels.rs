@@ -4,6 +4,7 @@
 //! attention kernels get scores of magnitude up to about ±500. The kernels take turns at the
 //! emulator's three thread schedules, and every other one also runs with its tensors as
 //! padded, offset views of larger buffers (`--views`), which must match the dense run exactly.
+//! The plans made for the extents a kernel lists under `also` run too (`--at`).
 //! The serving operators run over random requests (lengths from 0 up, shuffled page tables with
 //! spare pages), compared element by element with the reference evaluated request by request.
 
@@ -66,19 +67,32 @@ fn every_declared_kernel_passes_on_the_emulator() {
     assert_eq!(names.len(), 29);
     assert_eq!(names.iter().filter(|n| is_serving(n)).count(), 9);
     let schedules = ["round-robin", "random", "run-ahead"];
-    let queue = Mutex::new(names.iter().cloned().enumerate().collect::<Vec<_>>());
+    // Each kernel's plan for its declared extents, then the plan of each extent it lists under
+    // `also` (`--at`), run at the same small odd extents: a launch runs whichever plan was
+    // made nearest to its extents, so each must be right at any extent.
+    let mut jobs: Vec<(usize, String, Option<String>)> =
+        names.iter().cloned().enumerate().map(|(i, n)| (i, n, None)).collect();
+    for (decl, _) in &module.kernels {
+        for p in cleave_core::front::points(decl).expect("points") {
+            let at: Vec<String> = p.at.iter().map(|(d, x)| format!("{d}={x}")).collect();
+            jobs.push((jobs.len(), decl.name.clone(), Some(at.join(","))));
+        }
+    }
+    let points = jobs.len() - names.len();
+    let queue = Mutex::new(jobs);
     let results = Mutex::new(Vec::new());
     // Two kernels at a time: each run compiles a C++ library and runs a multi-threaded emulator.
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| loop {
-                let Some((i, name)) = queue.lock().expect("queue").pop() else { break };
+                let Some((i, name, at)) = queue.lock().expect("queue").pop() else { break };
                 // Every other kernel also runs with each tensor a padded, offset view of a
                 // larger buffer, and must give the dense run's outputs bit for bit.
-                let views: &[&str] = if i % 2 == 0 { &["--views"] } else { &[] };
+                let views: &[&str] = if i % 2 == 0 && at.is_none() { &["--views"] } else { &[] };
                 // A default build plans each kernel for sm_90, for the 99 KiB sm_86/sm_89 and
                 // for sm_80 (`--arch` asks for one of them); each kernel runs one of the three.
                 let arch = ["90", "86", "80"][(i / 2) % 3];
+                let at_args: Vec<&str> = at.as_deref().map_or(Vec::new(), |a| vec!["--at", a]);
                 let out = Command::new(env!("CARGO_BIN_EXE_cleave"))
                     .args([
                         "run",
@@ -99,11 +113,13 @@ fn every_declared_kernel_passes_on_the_emulator() {
                         arch,
                     ])
                     .args(views)
+                    .args(&at_args)
                     .args(dims(&name))
                     .output()
                     .expect("cleave runs");
                 let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
                 let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+                let name = at.map_or(name.clone(), |a| format!("{name} (the plan for {a})"));
                 results.lock().expect("results").push((name, !views.is_empty(), out.status.code(), stdout, stderr));
             });
         }
@@ -121,5 +137,8 @@ fn every_declared_kernel_passes_on_the_emulator() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(results.iter().filter(|r| r.1).count(), names.len().div_ceil(2), "half the kernels run with views");
-    assert_eq!(results.len(), names.len());
+    assert_eq!(results.len(), names.len() + points);
+    // The MatMul, SwiGLU and RMSNorm+MatMul decodes plan 64 and 256 rows; MHA, GQA and
+    // MatMul+MatMul decodes 64.
+    assert_eq!(points, 10);
 }

@@ -4,9 +4,9 @@
 
 mod common;
 
-use cleave_core::arch::{SM80, SM90};
+use cleave_core::arch::{Targets, SM80, SM90};
 use cleave_core::graph::{Bindings, DType, Dim, ReduceOp};
-use cleave_core::pipeline::{compile, compile_variants, Compiled, Options};
+use cleave_core::pipeline::{compile, compile_variants, seconds_at, Compiled, Options};
 use cleave_core::plan::program::flatten;
 use cleave_core::plan::stage::LANES;
 use cleave_core::plan::{
@@ -897,34 +897,25 @@ fn plans_at_other_extents_are_searched_again_and_named_apart() {
     assert_eq!(variants[2].shares, None);
     assert!(!variants[2].compiled.best().same_plan(variants[0].compiled.best()));
     // And by the cost model each point's own plan is at least as fast there as the declared
-    // extents' plan run at that point: the estimate of a launch at other rows, from its own
-    // kernels, with `b` changed.
-    let arch = h200[0].budget;
-    let at_rows = |l: &Launch, rows: u64| -> f64 {
-        let mut dims = l.graph.dims.clone();
-        let b = dims.find("b").expect("b");
-        dims.get_mut(b).value = rows;
-        l.kernels
-            .iter()
-            .zip(&l.registers)
-            .map(|(k, regs)| match k {
-                Kernel::Tile(t) => kernel_cost(t, &dims, *regs, &arch).seconds,
-                Kernel::Stage(s) => stage_cost(s, &dims, &arch).seconds,
-            })
-            .sum()
-    };
+    // extents' plan run at that point.
+    let targets = Targets::new(&[h200[0].budget]);
     let declared_plan = variants[0].compiled.best();
-    for (v, rows) in variants.iter().zip([16, 64, 256]) {
-        let own = at_rows(v.compiled.best(), rows);
+    for (v, graph) in variants.iter().zip(std::iter::once(declared).chain(points.iter().map(|p| &p.graph))) {
+        let own = seconds_at(v.compiled.best(), &graph.dims, &targets);
         // The re-costing reproduces the ranking's own estimate.
-        assert!((own - v.compiled.ranked[0].candidate.seconds).abs() <= 1e-12, "{own} at {rows}");
-        let declared = at_rows(declared_plan, rows);
-        assert!(own <= declared, "b={rows}: own plan {own:e} s, declared plan {declared:e} s");
+        assert!((own - v.compiled.ranked[0].candidate.seconds).abs() <= 1e-12, "{own} at {:?}", v.at);
+        let declared = seconds_at(declared_plan, &graph.dims, &targets);
+        assert!(own <= declared, "{:?}: own plan {own:e} s, declared plan {declared:e} s", v.at);
         #[allow(clippy::print_stderr)]
         {
-            eprintln!("b={rows}: own plan {:.2} us, declared plan {:.2} us", own * 1e6, declared * 1e6);
+            eprintln!("{:?}: own plan {:.2} us, declared plan {:.2} us", v.at, own * 1e6, declared * 1e6);
         }
     }
+    // The b=16 plan at 256 rows: sixteen row blocks each stream the whole weight.
+    assert!(
+        seconds_at(declared_plan, &points[1].graph.dims, &targets)
+            > 2.0 * variants[2].compiled.ranked[0].candidate.seconds
+    );
 
     // A decode whose context is split at run time: twice the context is the same kernels (the
     // launcher derives the split count from the extents), so that plan shares the declared one.
@@ -941,6 +932,16 @@ fn plans_at_other_extents_are_searched_again_and_named_apart() {
     assert_eq!(variants.len(), 2);
     assert_eq!(variants[1].shares, Some(0));
     assert_eq!(variants[1].at, [("l".to_string(), 8192)]);
+    // Its split count is chosen at launch: re-costed at twice the context, the shared plan
+    // takes the count chosen for 8192 keys, and so is exactly the point's own estimate.
+    let plan = variants[0].compiled.best();
+    assert!(cleave_core::plan::requests::has_runtime_splits(&plan.graph.dims));
+    let at_8192 = seconds_at(plan, &points[0].graph.dims, &targets);
+    assert!((at_8192 - variants[1].compiled.ranked[0].candidate.seconds).abs() <= 1e-12);
+    assert!(
+        (seconds_at(plan, &declared.dims, &targets) - variants[0].compiled.ranked[0].candidate.seconds).abs() <= 1e-12
+    );
+    assert!(at_8192 > variants[0].compiled.ranked[0].candidate.seconds);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Shared by the commands that run the pipeline: option parsing and the compile call.
 
+use cleave_core::arch::Targets;
 use cleave_core::pipeline::{compile, Compiled, Options};
 use cleave_core::toolchain::ArchSet;
 
@@ -29,6 +30,30 @@ pub(crate) fn compile_with_decl(o: &Opts) -> Result<(cleave_core::front::KernelD
             )
         })?;
     Ok((decl, c))
+}
+
+/// With `--at`: the estimate of the plan made for the declared extents when it runs at the
+/// `--at` ones, and those declared extents (`b=16`). A build plans an `also` extent apart
+/// only to beat that figure, so `cleave schedule --at` prints it beside its own.
+pub(crate) fn declared_plan_at(o: &Opts) -> Result<Option<(f64, String)>, UserError> {
+    let Some(spec) = o.value("at") else { return Ok(None) };
+    let module = load(&o.file)?;
+    let (decl, declared) = kernel(&module, o.required("kernel")?)?;
+    let at_graph = at(decl, spec).map_err(|e| UserError(format!("--at: {e}")))?;
+    let opts = options(o)?;
+    let c =
+        with_progress(format!("compiling `{}` at its declared extents", declared.name), || compile(declared, &opts))
+            .map_err(|e| UserError(format!("kernel `{}`: {e}", declared.name)))?;
+    let seconds = cleave_core::pipeline::seconds_at(c.best(), &at_graph.dims, &Targets::new(&opts.archs));
+    // The declared values of the dims `--at` names (already checked to be dims).
+    let named: Vec<String> = spec
+        .split(',')
+        .filter_map(|p| p.split_once('='))
+        .filter_map(|(name, _)| {
+            declared.dims.find(name.trim()).map(|v| format!("{}={}", name.trim(), declared.dims.get(v).value))
+        })
+        .collect();
+    Ok(Some((seconds, named.join(","))))
 }
 
 /// The pipeline options the flags select: `--no-split`, and `--arch` (else `CUDA_COMPUTE_CAP`).

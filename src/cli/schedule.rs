@@ -8,15 +8,28 @@ use cleave_core::plan::{Kernel, SExpr, Stmt};
 use cleave_core::schedule::tmap::reduced_dim;
 use serde_json::{json, Value};
 
-use super::compile::compile_kernel;
+use super::compile::{compile_kernel, declared_plan_at};
 use super::{Opts, UserError};
 
 pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
     let c = compile_kernel(o)?;
+    let declared = declared_plan_at(o)?;
     if o.switch("json") {
-        println!("{}", serde_json::to_string_pretty(&to_json(&c)).unwrap_or_default());
+        let mut doc = to_json(&c);
+        if let (Some((seconds, extents)), Some(m)) = (&declared, doc.as_object_mut()) {
+            m.insert("declared_plan".into(), json!({ "extents": extents, "estimated_seconds": seconds }));
+        }
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         print!("{}", table(&c));
+        if let Some((seconds, extents)) = &declared {
+            let own = c.ranked[0].candidate.seconds;
+            println!(
+                "\nthe plan made for {extents}, run at these extents: {:.2} us, {:.2} times this plan's",
+                seconds * 1e6,
+                seconds / own
+            );
+        }
         // `--rank N` shows another kept candidate's program, to compare it with the chosen one.
         let rank: usize = match o.value("rank") {
             Some(r) => r.parse().ok().filter(|r| *r < c.ranked.len()).ok_or_else(|| {

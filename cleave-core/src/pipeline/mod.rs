@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-pub use rank::{candidates, fallback_candidate, Candidate, KernelSchedule, ScheduleStats, Tiled};
+pub use rank::{candidates, fallback_candidate, seconds_at, Candidate, KernelSchedule, ScheduleStats, Tiled};
 
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimVar, ValidGraph};

@@ -263,6 +263,40 @@ fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &T
     total
 }
 
+/// The estimated seconds of `launch` run at the extents of `at` (the dim table of the same
+/// declaration at other extents, as [`crate::front::points`] and `cleave schedule --at` make
+/// it), as the ranking estimates a candidate: the launcher's split counts for those extents,
+/// and, with per-request dims, summed over their workloads. At the launch's own extents it is
+/// the candidate's estimate.
+///
+/// This is what decides whether other extents deserve a plan of their own: the declared plan
+/// run at them, against the plan made for them.
+pub fn seconds_at(launch: &Launch, at: &DimTable, targets: &Targets) -> f64 {
+    let dims = &launch.graph.dims;
+    let mut table = dims.clone();
+    let plain: Vec<(DimVar, u64)> = dims
+        .iter()
+        .filter(|(_, d)| matches!(d.kind, DimKind::Plain))
+        .filter_map(|(v, d)| at.find(&d.name).map(|w| (v, at.get(w).value)))
+        .collect();
+    for (v, value) in plain {
+        table.get_mut(v).value = value;
+    }
+    let tiles: Vec<(&TileKernel, u64)> =
+        launch.kernels.iter().zip(&launch.registers).filter_map(|(k, r)| k.tile().map(|t| (t, *r))).collect();
+    let mut total = 0.0;
+    for workload in requests::workloads(&table) {
+        let workload = at_workload(dims, workload, &tiles, &targets.fit);
+        total += launch
+            .kernels
+            .iter()
+            .zip(&launch.registers)
+            .map(|(k, regs)| cost_on(k, &workload, *regs, targets).seconds)
+            .sum::<f64>();
+    }
+    total
+}
+
 /// A workload's dim table with the split counts a launch would choose for it on GPU `arch`,
 /// and the chunks that follow from them.
 fn at_workload(dims: &DimTable, mut table: DimTable, kernels: &[(&TileKernel, u64)], arch: &Arch) -> DimTable {
