@@ -4,7 +4,7 @@ use cleave_core::arch::Targets;
 use cleave_core::pipeline::{compile, Compiled, Options};
 use cleave_core::toolchain::ArchSet;
 
-use super::{kernel, load, with_progress, Opts, UserError};
+use super::{extent_pairs, kernel, load, with_progress, Opts, UserError};
 
 /// Loads the file, finds the kernel and runs the pipeline on it.
 pub(crate) fn compile_kernel(o: &Opts) -> Result<Compiled, UserError> {
@@ -45,13 +45,11 @@ pub(crate) fn declared_plan_at(o: &Opts) -> Result<Option<(f64, String)>, UserEr
         with_progress(format!("compiling `{}` at its declared extents", declared.name), || compile(declared, &opts))
             .map_err(|e| UserError(format!("kernel `{}`: {e}", declared.name)))?;
     let seconds = cleave_core::pipeline::seconds_at(c.best(), &at_graph.dims, &Targets::new(&opts.archs));
-    // The declared values of the dims `--at` names (already checked to be dims).
-    let named: Vec<String> = spec
-        .split(',')
-        .filter_map(|p| p.split_once('='))
-        .filter_map(|(name, _)| {
-            declared.dims.find(name.trim()).map(|v| format!("{}={}", name.trim(), declared.dims.get(v).value))
-        })
+    // The declared values of the dims `--at` names (`at` has checked them).
+    let named: Vec<String> = extent_pairs(spec)
+        .map_err(|e| UserError(format!("--at: {e}")))?
+        .into_iter()
+        .filter_map(|(name, _)| declared.dims.find(name).map(|v| format!("{name}={}", declared.dims.get(v).value)))
         .collect();
     Ok(Some((seconds, named.join(","))))
 }
@@ -78,14 +76,7 @@ pub(crate) fn options(o: &Opts) -> Result<Options, UserError> {
 /// for an `also` extent, for any extent.
 fn at(decl: &cleave_core::front::KernelDecl, spec: &str) -> Result<cleave_core::graph::ValidGraph, String> {
     let mut at_decl = decl.clone();
-    let mut given: Vec<&str> = Vec::new();
-    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
-        let (name, value) = part.split_once('=').ok_or_else(|| format!("expects name=value pairs, got `{part}`"))?;
-        let name = name.trim();
-        if given.contains(&name) {
-            return Err(format!("`{name}` is given twice"));
-        }
-        given.push(name);
+    for (name, value) in extent_pairs(spec)? {
         let d = at_decl
             .dims
             .iter_mut()
@@ -94,12 +85,7 @@ fn at(decl: &cleave_core::front::KernelDecl, spec: &str) -> Result<cleave_core::
         if !d.dynamic && d.per_request.is_none() {
             return Err(format!("`{name}` is static ({}) and cannot change", d.value));
         }
-        d.value = value
-            .trim()
-            .parse::<i128>()
-            .ok()
-            .filter(|x| *x >= 1 && *x < (1 << 31))
-            .ok_or_else(|| format!("`{name}` must be an integer in 1..2^31, got `{value}`"))?;
+        d.value = i128::from(value);
     }
     for d in &mut at_decl.dims {
         d.also.clear();

@@ -20,6 +20,27 @@ use cleave_core::front::{check_source, Module};
 /// The command line: every subcommand with its options, `--help` for each and `--version`.
 /// Parsing errors (an unknown option, with the closest known one suggested; a missing value or
 /// argument) are user errors, exit code 1.
+/// The `NAME=N,...` pairs of `--dims` and `--at`, in order: each name once, each extent in
+/// 1..2^31. The caller checks the names against the kernel's dims.
+fn extent_pairs(spec: &str) -> Result<Vec<(&str, u64)>, String> {
+    let mut pairs: Vec<(&str, u64)> = Vec::new();
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (name, value) = part.split_once('=').ok_or_else(|| format!("expects name=value pairs, got `{part}`"))?;
+        let name = name.trim();
+        if pairs.iter().any(|(n, _)| *n == name) {
+            return Err(format!("`{name}` is given twice"));
+        }
+        let x = value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|x| (1..1 << 31).contains(x))
+            .ok_or_else(|| format!("`{name}` must be an integer in 1..2^31, got `{value}`"))?;
+        pairs.push((name, x));
+    }
+    Ok(pairs)
+}
+
 fn command() -> Command {
     let file = || Arg::new("file").value_name("FILE").required(true).help("the declaration file (kernels.yaml)");
     let kernel = || Arg::new("kernel").long("kernel").value_name("NAME").required(true).help("the kernel to compile");

@@ -16,7 +16,7 @@ use cleave_core::reference::{
 };
 
 use super::compile::compile_kernel;
-use super::{with_progress, Opts, UserError};
+use super::{extent_pairs, with_progress, Opts, UserError};
 
 /// Extents for dynamic dims when `--dims` does not name them: small, odd, not a multiple of
 /// any tile size.
@@ -61,16 +61,7 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
         }
     }
     if let Some(spec) = o.value("dims") {
-        let mut given: Vec<&str> = Vec::new();
-        for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
-            let (name, val) = part
-                .split_once('=')
-                .ok_or_else(|| UserError(format!("--dims expects name=value pairs, got `{part}`")))?;
-            let name = name.trim();
-            if given.contains(&name) {
-                return Err(UserError(format!("--dims: `{name}` is given twice")));
-            }
-            given.push(name);
+        for (name, x) in extent_pairs(spec).map_err(|e| UserError(format!("--dims: {e}")))? {
             let v =
                 g.dims.find(name).ok_or_else(|| UserError(format!("--dims: `{name}` is not a dim of `{}`", g.name)))?;
             if !g.dims.get(v).dynamic {
@@ -79,12 +70,6 @@ pub(crate) fn run(o: &Opts) -> Result<(), UserError> {
                     g.dims.get(v).value
                 )));
             }
-            let x: u64 = val
-                .trim()
-                .parse()
-                .ok()
-                .filter(|x| *x >= 1 && *x < (1 << 31))
-                .ok_or_else(|| UserError(format!("--dims: `{name}` must be an integer in 1..2^31, got `{val}`")))?;
             b.values[v.index()] = x;
         }
     }
