@@ -991,3 +991,47 @@ kernels:
         assert!(e < tolerance(&g, &b, 0.0), "{name}: {e}");
     }
 }
+
+#[test]
+fn a_log_softmax_written_as_the_log_of_a_softmax_runs_stabilized_in_tile_kernels() {
+    // `log(softmax(x))` as written takes the log of quotients whose exps underflow in f32 a
+    // hundred below the row's max; the log of that quotient is a difference, so the search
+    // finds `x − log(Σ exp(x))`, whose one reduction the scheduler stabilizes with a running
+    // max. Before, only the extended-exponent fallback could run it.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: log_softmax
+    dims: { t: { value: 16, dynamic: true }, v: 32000 }
+    inputs: { x: "f16[t, v]" }
+    outputs: { y: "f32[t, v]" }
+    body: |
+      y = log(softmax(x, axis=-1))
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    assert!(l.kernels.iter().all(|k| k.tile().is_some()), "tile kernels only: {:?}", c.ranked[0].splits);
+    assert!(!l
+        .graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, cleave_core::graph::Op::Binary(cleave_core::graph::BinaryOp::Div))));
+    let fallback = cleave_core::pipeline::fallback_candidate(&g, &Targets::new(&Options::default().archs), "f")
+        .expect("the fallback");
+    assert!(
+        fallback.seconds > 2.0 * c.ranked[0].candidate.seconds,
+        "{} against {}",
+        fallback.seconds,
+        c.ranked[0].candidate.seconds
+    );
+    // Against the reference with logits spread over thousands: every exp but the row's largest
+    // underflows, and the answer is about x − max(x).
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 5;
+    let (got, want) = interpreted(&g, l, &b, 7, 300.0);
+    let spread = want[0].data.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    assert!(spread > 1000.0, "|y| up to {spread}");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+}

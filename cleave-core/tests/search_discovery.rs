@@ -254,3 +254,27 @@ fn a_max_a_user_subtracts_in_a_log_sum_exp_cancels_out() {
         assert_eq!(f.checks.float, Check::Passed, "{what}");
     }
 }
+
+#[test]
+fn the_log_of_a_softmax_is_found_as_a_difference() {
+    // A log turns the quotient it takes into a difference of logs, so a search of
+    // `log(softmax(x))` may subtract although the declaration never does, and finds
+    // `x − log(Σ exp(x))`: no quotient, and no exp outside the reduction.
+    let g = common::graph(
+        "kernels:\n  - name: k\n    dims: { t: 6, v: 40 }\n    inputs: { x: \"f32[t, v]\" }\n    \
+         outputs: { y: \"f32[t, v]\" }\n    body: |\n      y = log(softmax(x, axis=-1))\n",
+    );
+    let r = search(&g, &options()).expect("search");
+    assert_eq!(r.stop_reason.name(), "exhausted");
+    let difference = r.graphs.iter().find(|f| {
+        let g = f.graph.graph();
+        let count = |op: Op| g.nodes.iter().filter(|n| n.op == op).count();
+        count(Op::Binary(BinaryOp::Sub)) == 1
+            && count(Op::Binary(BinaryOp::Div)) == 0
+            && count(Op::Unary(UnaryOp::Exp)) == 1
+            && count(Op::Unary(UnaryOp::Log)) == 1
+    });
+    let f = difference.unwrap_or_else(|| panic!("{}", cleave_core::superopt::explain_text(&r)));
+    assert_eq!(f.checks.float, Check::Passed);
+    assert!(r.rejected.is_empty());
+}

@@ -44,7 +44,21 @@ impl Vocab {
                         v.transpose_computed = true;
                     }
                 }
-                Op::Unary(u) => push_unique(&mut v.unary, u),
+                Op::Unary(u) => {
+                    push_unique(&mut v.unary, u);
+                    // A log turns the product, quotient or reciprocal it takes into a sum,
+                    // difference or negation of logs: `log(exp(x) / Σ exp(x))`, a log-softmax
+                    // as written, is `x − log(Σ exp(x))`, one reduction a running max
+                    // stabilizes, where the quotient's exps underflow.
+                    if u == UnaryOp::Log {
+                        match target.node(node.args[0]).op {
+                            Op::Binary(BinaryOp::Mul) => push_unique(&mut v.binary, BinaryOp::Add),
+                            Op::Binary(BinaryOp::Div) => push_unique(&mut v.binary, BinaryOp::Sub),
+                            Op::Unary(UnaryOp::Recip) => push_unique(&mut v.unary, UnaryOp::Neg),
+                            _ => {}
+                        }
+                    }
+                }
                 Op::Binary(b) => push_unique(&mut v.binary, b),
                 Op::Reduce(r, _) => push_unique(&mut v.reduce, r),
                 Op::Mask(m) => push_unique(&mut v.masks, m),
