@@ -252,6 +252,12 @@ pub(super) struct FloatCheck {
     plain: Vec<u64>,
     inputs: Vec<Tensor>,
     outputs: Result<Vec<Tensor>, String>,
+    /// When the target is not finite on normal inputs (a log of a value of either sign), the
+    /// check runs on positive ones; these are the normal inputs and the target's outputs on
+    /// them. A candidate must also agree with the target wherever the target is defined on
+    /// them: the fingerprints' log is `log |x|`, and on positive inputs alone
+    /// `log(a) − log(b)` passes for `log(a / b)`, which is not a NaN where both are negative.
+    signed: Option<(Vec<Tensor>, Vec<Tensor>)>,
 }
 
 fn positive_inputs(g: &ValidGraph, b: &Bindings, seed: u64) -> Vec<Tensor> {
@@ -295,20 +301,24 @@ impl FloatCheck {
         let need = elems(&plain);
         if need > FLOAT_CHECK_MAX_ELEMS {
             let why = format!("the float check would need {need} elements (the budget is {FLOAT_CHECK_MAX_ELEMS})");
-            return FloatCheck { plain, inputs: Vec::new(), outputs: Err(why) };
+            return FloatCheck { plain, inputs: Vec::new(), outputs: Err(why), signed: None };
         }
         let bindings = Bindings { values: plain.clone() };
         let finite = |o: &[Tensor]| o.iter().all(|t| t.data.iter().all(|x| x.is_finite()));
         let mut inputs = reference::random_inputs(target, &bindings, seed, &InputScale::default());
         let mut outputs = reference::eval(target, &bindings, &inputs).map_err(|e| e.to_string());
-        if matches!(&outputs, Ok(o) if !finite(o)) {
-            inputs = positive_inputs(target, &bindings, seed);
-            outputs = reference::eval(target, &bindings, &inputs).map_err(|e| e.to_string());
+        let mut signed = None;
+        if let Ok(o) = &outputs {
+            if !finite(o) {
+                let positive = positive_inputs(target, &bindings, seed);
+                signed = Some((std::mem::replace(&mut inputs, positive), o.clone()));
+                outputs = reference::eval(target, &bindings, &inputs).map_err(|e| e.to_string());
+            }
         }
         if matches!(&outputs, Ok(o) if !finite(o)) {
             outputs = Err("the target is not finite on random inputs".into());
         }
-        FloatCheck { plain, inputs, outputs }
+        FloatCheck { plain, inputs, outputs, signed }
     }
 
     /// Compares a found graph with the target; returns the check and the error.
@@ -334,10 +344,66 @@ impl FloatCheck {
             }
             worst = worst.max(max_rel_err(&g.data, &t.data));
         }
-        if worst <= FLOAT_TOLERANCE {
-            (Check::Passed, Some(worst))
-        } else {
-            (Check::Failed(format!("max_rel_err {worst:e} exceeds {FLOAT_TOLERANCE:e}")), Some(worst))
+        if worst > FLOAT_TOLERANCE {
+            return (Check::Failed(format!("max_rel_err {worst:e} exceeds {FLOAT_TOLERANCE:e}")), Some(worst));
         }
+        if let Some((inputs, target)) = &self.signed {
+            let got = match reference::eval(found, &bindings, inputs) {
+                Ok(g) => g,
+                Err(e) => return (Check::Failed(e.to_string()), None),
+            };
+            // Only where the target is defined: a candidate may be defined where it is not.
+            let mut signed_worst: f64 = 0.0;
+            for (g, t) in got.iter().zip(target) {
+                let (got, want): (Vec<f64>, Vec<f64>) =
+                    g.data.iter().zip(&t.data).filter(|(_, w)| !w.is_nan()).map(|(g, w)| (*g, *w)).unzip();
+                signed_worst = signed_worst.max(max_rel_err(&got, &want));
+            }
+            // A NaN error (a NaN where the target is defined) fails too.
+            if signed_worst.is_nan() || signed_worst > FLOAT_TOLERANCE {
+                return (
+                    Check::Failed(format!(
+                        "on inputs of both signs, where the target is defined: max_rel_err {signed_worst:e} exceeds \
+                         {FLOAT_TOLERANCE:e}"
+                    )),
+                    Some(signed_worst),
+                );
+            }
+        }
+        (Check::Passed, Some(worst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(body: &str) -> ValidGraph {
+        let yaml = format!(
+            "kernels:\n  - name: k\n    dims: {{ t: 6, v: 10 }}\n    inputs: {{ a: \"f32[t, v]\", b: \"f32[t, v]\" }}\n    \
+             outputs: {{ y: \"f32[t, v]\" }}\n    body: |\n      {body}\n"
+        );
+        let module = crate::front::check_source(yaml.as_bytes()).expect("checks");
+        module.kernels.into_iter().next().expect("a kernel").1
+    }
+
+    #[test]
+    fn a_log_split_over_operands_of_either_sign_fails_the_float_check() {
+        // `log(a / b)` is not finite on normal inputs, so the check runs on positive ones, where
+        // `log(a) − log(b)` agrees; on inputs of both signs it is a NaN wherever a and b are
+        // both negative, where the target is defined.
+        let target = graph("y = log(a / b)");
+        let check = FloatCheck::new(&target, &[false, false], 7);
+        assert_eq!(check.check(&target).0, Check::Passed);
+        assert_eq!(check.check(&graph("y = log(a / b) * 1.0")).0, Check::Passed);
+        let (split, err) = check.check(&graph("y = log(a) - log(b)"));
+        assert!(
+            matches!(&split, Check::Failed(why) if why.starts_with("on inputs of both signs")),
+            "{split:?} {err:?}"
+        );
+        // The same identity over values a log keeps positive is accepted.
+        let target = graph("y = log(exp(a) / exp(b))");
+        let check = FloatCheck::new(&target, &[false, false], 7);
+        assert_eq!(check.check(&graph("y = a - b")).0, Check::Passed);
     }
 }
