@@ -231,7 +231,12 @@ pub fn candidates(
             // counts the launcher would choose for them: what `cleave schedule` reports.
             let declared = at_workload(&graph.dims, graph.dims.clone(), &kernels, &targets.fit);
             let costs = kernels.iter().map(|(k, regs)| kernel_cost_on(k, &declared, *regs, targets)).collect();
-            (workload_seconds(&graph.dims, &kernels, targets), costs)
+            (
+                workload_seconds(&graph.dims, &graph.dims, &kernels, targets, |w| {
+                    kernels.iter().map(|(k, regs)| kernel_cost_on(k, w, *regs, targets).seconds).sum()
+                }),
+                costs,
+            )
         } else {
             (chosen.iter().map(|s| s.cost.seconds).sum(), chosen.iter().map(|s| s.cost).collect())
         };
@@ -252,15 +257,20 @@ pub fn candidates(
 }
 
 /// The estimated seconds of a launch of a graph with per-request dims, summed over the
-/// [`workloads`](crate::plan::requests::workloads) one compile serves, each with the split
-/// counts the launch would choose for it.
-fn workload_seconds(dims: &DimTable, kernels: &[(&TileKernel, u64)], targets: &Targets) -> f64 {
-    let mut total = 0.0;
-    for table in requests::workloads(dims) {
-        let table = at_workload(dims, table, kernels, &targets.fit);
-        total += kernels.iter().map(|(k, regs)| kernel_cost_on(k, &table, *regs, targets).seconds).sum::<f64>();
-    }
-    total
+/// [`workloads`](crate::plan::requests::workloads) of the extents `values` (a table of the
+/// graph's `dims`), each with the split counts the launch would choose for it: `cost` gives
+/// the launch's seconds at one workload's table.
+fn workload_seconds(
+    dims: &DimTable,
+    values: &DimTable,
+    tiles: &[(&TileKernel, u64)],
+    targets: &Targets,
+    cost: impl Fn(&DimTable) -> f64,
+) -> f64 {
+    requests::workloads(values)
+        .into_iter()
+        .map(|w| cost(&at_workload(dims, w, tiles, &targets.fit)))
+        .fold(0.0, |a, c| a + c)
 }
 
 /// The estimated seconds of `launch` run at the extents of `at` (the dim table of the same
@@ -284,17 +294,9 @@ pub fn seconds_at(launch: &Launch, at: &DimTable, targets: &Targets) -> f64 {
     }
     let tiles: Vec<(&TileKernel, u64)> =
         launch.kernels.iter().zip(&launch.registers).filter_map(|(k, r)| k.tile().map(|t| (t, *r))).collect();
-    let mut total = 0.0;
-    for workload in requests::workloads(&table) {
-        let workload = at_workload(dims, workload, &tiles, &targets.fit);
-        total += launch
-            .kernels
-            .iter()
-            .zip(&launch.registers)
-            .map(|(k, regs)| cost_on(k, &workload, *regs, targets).seconds)
-            .sum::<f64>();
-    }
-    total
+    workload_seconds(dims, &table, &tiles, targets, |w| {
+        launch.kernels.iter().zip(&launch.registers).map(|(k, regs)| cost_on(k, w, *regs, targets).seconds).sum()
+    })
 }
 
 /// A workload's dim table with the split counts a launch would choose for it on GPU `arch`,
