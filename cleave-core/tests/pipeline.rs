@@ -1035,3 +1035,142 @@ kernels:
     let e = max_rel_err(&got[0].data, &want[0].data);
     assert!(e < tolerance(&g, &b, 0.0), "{e}");
 }
+
+#[test]
+fn a_softmax_over_rows_longer_than_a_tile_sums_them_first_in_a_kernel_of_its_own() {
+    // One block cannot tile a 32000-wide output row and also loop the row's sum over it, so
+    // this ran only on the extended-exponent fallback. The row-first partition stores each
+    // row's sum of exps, scaled by its running max, and that max; the second kernel computes
+    // `exp(x - m) / sum` against the stored max, which no element of the row exceeds.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: vocab_softmax
+    dims: { b: { value: 4096, dynamic: true }, v: { value: 32000, dynamic: true } }
+    inputs: { x: "f32[b, v]" }
+    outputs: { p: "f32[b, v]" }
+    body: |
+      p = softmax(x * 0.5, axis=-1)
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    assert_eq!(l.kernels.len(), 2, "{}", c.ranked[0].candidate.seconds);
+    let (first, second) = (l.kernels[0].tile().expect("tile"), l.kernels[1].tile().expect("tile"));
+    assert_eq!((l.workspaces.len(), l.workspaces[0].shape.last()), (2, Some(&Dim::One)), "a row's sum and its max");
+    assert_eq!((loops(&first.body).len(), loops(&second.body).len()), (1, 0), "the sums loop; the quotient does not");
+    let names = |k: &TileKernel| k.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(first)[0], "x");
+    assert!(names(second).contains(&"x".to_string()), "the second kernel reads the row again: {:?}", names(second));
+    let shifted = flatten(&second.body).iter().any(|s| match s {
+        Stmt::Store { expr, .. } => format!("{expr:?}").contains("ExpDiff"),
+        _ => false,
+    });
+    assert!(shifted, "the stored max shifts the second kernel's exp");
+    let fallback = cleave_core::pipeline::fallback_candidate(&g, &Targets::new(&Options::default().archs), "f")
+        .expect("the fallback");
+    assert!(
+        fallback.seconds > c.ranked[0].candidate.seconds,
+        "{} against {}",
+        fallback.seconds,
+        c.ranked[0].candidate.seconds
+    );
+    // Against the reference at ragged extents, with exponents far past f32's exp range.
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("b").expect("b").index()] = 37;
+    b.values[g.dims.find("v").expect("v").index()] = 2053;
+    let (got, want) = interpreted(&g, l, &b, 11, 400.0);
+    assert!(got[0].data.iter().all(|x| x.is_finite()), "finite probabilities");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+}
+
+#[test]
+fn the_log_of_a_quotient_of_exps_never_takes_the_log_of_an_underflowed_exp() {
+    // `log(exp(x) / s)` in f32: `exp(x - m)` is 0 for a score 104 below its row's max, and its
+    // log -inf, though the true value is finite. The lowering takes the exponent instead.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: literal_log_softmax
+    dims: { t: { value: 512, dynamic: true }, v: 128 }
+    inputs: { x: "f32[t, v]" }
+    outputs: { y: "f32[t, v]" }
+    body: |
+      y = log(exp(x) / sum(exp(x), axis=-1))
+"#,
+    );
+    let opts = Options { archs: vec![SM90], ..Options::default() };
+    let c = compile(&g, &opts).expect("compiles");
+    let literal = c
+        .ranked
+        .iter()
+        .find(|r| {
+            r.candidate.launch.kernels.iter().all(|k| k.tile().is_some())
+                && r.candidate
+                    .launch
+                    .graph
+                    .nodes
+                    .iter()
+                    .any(|n| matches!(n.op, cleave_core::graph::Op::Binary(cleave_core::graph::BinaryOp::Div)))
+        })
+        .expect("a tile plan of the quotient");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 37;
+    let (got, want) = interpreted(&g, &literal.candidate.launch, &b, 5, 300.0);
+    let spread = want[0].data.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    assert!(spread > 200.0, "log-probabilities down to -{spread}");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < tolerance(&g, &b, 0.0), "{e}");
+}
+
+#[test]
+fn a_softmax_over_few_long_rows_splits_them_across_blocks() {
+    // Eight rows of 32000: computed first in a kernel of their own, the row sums would take one
+    // block. Split along the row, a block per chunk sums its exps against its own running max;
+    // the combine merges the chunks and computes `exp(x - m) / sum` with the merged max.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: few_rows
+    dims: { b: { value: 8, dynamic: true }, v: { value: 32000, dynamic: true } }
+    inputs: { x: "f32[b, v]" }
+    outputs: { p: "f32[b, v]" }
+    body: |
+      p = softmax(x / 0.7, axis=-1)
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    let names: Vec<&str> = c.ranked[0].splits.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!((names, l.kernels.len()), (vec!["s_v"], 2));
+    let combine = l.kernels[1].tile().expect("a tile kernel");
+    let merge = loops(&combine.body);
+    assert_eq!(merge.len(), 1, "the merge of the chunks");
+    let after: Vec<&Stmt> = combine.body.iter().skip_while(|s| !matches!(s, Stmt::Loop { .. })).skip(1).collect();
+    let Some(Stmt::Store { expr, .. }) = after.iter().find(|s| matches!(s, Stmt::Store { .. })) else {
+        panic!("a store after the merge")
+    };
+    assert!(format!("{expr:?}").contains("ExpDiff"), "the merged max shifts the exp: {expr:?}");
+    let fallback = cleave_core::pipeline::fallback_candidate(&g, &Targets::new(&Options::default().archs), "f")
+        .expect("the fallback");
+    assert!(
+        fallback.seconds > 2.0 * c.ranked[0].candidate.seconds,
+        "{} against {}",
+        fallback.seconds,
+        c.ranked[0].candidate.seconds
+    );
+    // One row and 37, each over a row that leaves the last chunk ragged, with exponents far
+    // past f32's exp range.
+    let count = l.dims().get(l.dims().find("s_v").expect("the split count")).value;
+    assert!(count >= 2 && 2053 % count != 0 && 3001 % count != 0, "{count} chunks");
+    for (rows, cols) in [(1, 2053), (37, 3001)] {
+        let mut b = Bindings::of_table(&g.dims);
+        b.values[g.dims.find("b").expect("b").index()] = rows;
+        b.values[g.dims.find("v").expect("v").index()] = cols;
+        let (got, want) = interpreted(&g, l, &b, 13, 400.0);
+        assert!(got[0].data.iter().all(|x| x.is_finite()), "finite probabilities");
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < tolerance(&g, &b, 0.0), "{rows}×{cols}: {e}");
+    }
+}

@@ -13,6 +13,7 @@ pub use rank::{candidates, fallback_candidate, seconds_at, Candidate, KernelSche
 
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimVar, ValidGraph};
+use crate::plan::rows::split_rows;
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
 use crate::superopt::{search, SearchError, SearchOptions, SearchResult, SplitValue};
@@ -215,6 +216,28 @@ fn same_kernels(a: &Launch, b: &Launch) -> bool {
         && matches!((data(a), data(b)), (Some(x), Some(y)) if x == y)
 }
 
+/// The split counts a row split is tried at: one for a dynamic row, whose count the launcher
+/// chooses from its extents (the value only stands for it), and the ladder's divisors of a
+/// static one.
+const ROW_SPLIT_COUNTS: [u64; 5] = [2, 4, 8, 16, 32];
+
+/// The row-split candidates of graph `g` ([`split_rows`]), as ranking jobs.
+fn row_split_jobs(gi: Option<usize>, g: &ValidGraph) -> Vec<(Option<usize>, Vec<SplitValue>, ValidGraph)> {
+    let Some(probe) = split_rows(g, 8) else { return Vec::new() };
+    let row = g.dims.get(probe.of);
+    let counts: Vec<u64> =
+        if row.dynamic { vec![8] } else { ROW_SPLIT_COUNTS.into_iter().filter(|s| row.value % s == 0).collect() };
+    counts
+        .into_iter()
+        .filter_map(|s| {
+            let rs = if s == 8 { probe.clone() } else { split_rows(g, s)? };
+            let name = rs.graph.dims.get(rs.count).name.clone();
+            let split = SplitValue { count: rs.count, of: rs.of, name, value: s, predicated: row.dynamic };
+            Some((gi, vec![split], crate::plan::requests::runtime_splits(rs.graph)))
+        })
+        .collect()
+}
+
 /// Schedules and ranks every candidate of a search (and the declared graph, and the fallback)
 /// for `targets`.
 fn rank(
@@ -252,6 +275,14 @@ fn rank(
             }
         }
     }
+    // A graph whose outputs span rows they also reduce is also tried with those reductions
+    // split along the row, which the search's size bound keeps it from finding itself.
+    let row_splits: Vec<_> = jobs
+        .iter()
+        .filter(|(_, s, g)| s.is_empty() && !g.has_split())
+        .flat_map(|(gi, _, g)| row_split_jobs(*gi, g))
+        .collect();
+    jobs.extend(row_splits);
     type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), PartitionError>);
     let results: Vec<Job> = jobs
         .into_par_iter()

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimKind, DimTable, DimVar, ValidGraph};
 use crate::plan::{
-    assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, Cost, KernelGraph, KernelIo,
-    Launch, PartitionError, PlanError, Planned, TileKernel,
+    assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, row_first, Cost, KernelGraph,
+    KernelIo, Launch, Partition, PartitionError, PlanError, Planned, TileKernel,
 };
 use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
 
@@ -207,19 +207,37 @@ pub fn candidates(
     top_k: usize,
     symbol_prefix: &str,
 ) -> Result<(Vec<Candidate>, ScheduleStats), PartitionError> {
-    let part = partition(graph)?;
     let mut stats = ScheduleStats::default();
-    let firsts = plan_kernel(&part.kernels[0], &kernel_io(&part, 0, &[]), targets, top_k, &[], &mut stats);
+    let mut out = launches(graph, &partition(graph)?, targets, top_k, symbol_prefix, &mut stats);
+    match row_first(graph) {
+        Some(Ok(part)) => out.extend(launches(graph, &part, targets, top_k, symbol_prefix, &mut stats)),
+        Some(Err(e)) => stats.count(format!("row-first partition: {e}"), 1),
+        None => {}
+    }
+    out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    Ok((out, stats))
+}
+
+/// The best `top_k` launches of one partition of a graph (unsorted).
+fn launches(
+    graph: &ValidGraph,
+    part: &Partition,
+    targets: &Targets,
+    top_k: usize,
+    symbol_prefix: &str,
+    stats: &mut ScheduleStats,
+) -> Vec<Candidate> {
+    let firsts = plan_kernel(&part.kernels[0], &kernel_io(part, 0, &[]), targets, top_k, &[], stats);
     let mut out = Vec::new();
     'firsts: for first in firsts {
         let mut chosen = vec![first];
         // Later kernels depend on what the earlier ones store (scaled partials).
         for k in 1..part.kernels.len() {
             let earlier: Vec<&Planned> = chosen.iter().map(|s| &s.planned).collect();
-            let io = kernel_io(&part, k, &earlier);
+            let io = kernel_io(part, k, &earlier);
             let before: Vec<(&TileKernel, u64)> =
                 chosen.iter().map(|s| (&s.planned.kernel, s.planned.registers)).collect();
-            match plan_kernel(&part.kernels[k], &io, targets, 1, &before, &mut stats).into_iter().next() {
+            match plan_kernel(&part.kernels[k], &io, targets, 1, &before, stats).into_iter().next() {
                 Some(s) => chosen.push(s),
                 None => continue 'firsts,
             }
@@ -247,13 +265,12 @@ pub fn candidates(
             let tiled = Tiled { graph: kg.graph.clone(), config: s.config, itgraph: s.itgraph };
             schedules.push(KernelSchedule::Tiled(Box::new(tiled)));
         }
-        match assemble(graph, &part, planned, symbol_prefix, &targets.fit) {
+        match assemble(graph, part, planned, symbol_prefix, &targets.fit) {
             Ok(launch) => out.push(Candidate { launch, schedules, costs, seconds }),
             Err(e) => stats.count(e.kind(), 1),
         }
     }
-    out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    Ok((out, stats))
+    out
 }
 
 /// The estimated seconds of a launch of a graph with per-request dims, summed over the

@@ -134,6 +134,10 @@ pub enum PlanError {
     /// A scaled partial input that no reduction merges.
     #[error("a scaled partial that is not reduced")]
     UnreducedScaledPartial,
+    /// An exp shifted by the max of partials this kernel merges, computed before the merge
+    /// ends.
+    #[error("node %{} is an exp computed before the partials whose max shifts it are merged", .0.0)]
+    ShiftBeforeMerge(NodeId),
     /// A graph with a split given to the fallback (only the declared graph goes there, and
     /// declarations have none).
     #[error("the fallback kernels take graphs without splits")]
@@ -157,6 +161,7 @@ impl PlanError {
             PlanError::MissingAccumulator(_) => "a missing accumulator".into(),
             PlanError::ExpReduction(_) => "a reduction of an exp that a running max per row cannot stabilize".into(),
             PlanError::UnstabilizedExp(_) => "an exp that no row reduction stabilizes".into(),
+            PlanError::ShiftBeforeMerge(_) => "an exp computed before the merge of the max that shifts it".into(),
             PlanError::MatmulDtypes { .. } => "a matmul whose operand types the tensor cores cannot take".into(),
             PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),
             PlanError::MatmulColumns { .. } => "a matmul tile whose columns are not a multiple of 8".into(),

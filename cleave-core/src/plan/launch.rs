@@ -7,7 +7,7 @@ use super::partition::{Partition, Workspace, WorkspaceType};
 use super::program::{stride_params, Binding, GridAxis, Param, StrideParam, TileKernel};
 use super::stage::{stages, StageKernel, LANES};
 use crate::arch::Arch;
-use crate::graph::{DimTable, DimVar, ValidGraph};
+use crate::graph::{DimTable, DimVar, Op, UnaryOp, ValidGraph};
 
 /// One kernel of a launch: a scheduled tile program, or a stage of the fallback.
 #[derive(Clone, PartialEq, Debug)]
@@ -147,7 +147,8 @@ impl Launch {
 /// How kernel `k` of a partition binds, given the planned kernels before it. A split kernel
 /// whose partials are stored scaled gets an extra workspace for their running max, numbered
 /// after the partition's workspaces in kernel order; a later kernel reading those partials
-/// reads that max next to them. This is the only place the wiring is decided: the kernels are
+/// reads that max next to them, and an exp whose running max that was, where the later kernel
+/// computes it again, is shifted by it. This is the only place the wiring is decided: the kernels are
 /// planned with it and [`assemble`] lays out the workspaces it names.
 pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
     let kg = &part.kernels[k];
@@ -157,10 +158,20 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
         if planned.max_shape.is_none() {
             continue;
         }
+        let max = Binding::Workspace(next_workspace);
         for &o in &planned.scaled_outputs {
             let stored = part.kernels[j].outputs[o];
             if let Some(i) = kg.inputs.iter().position(|x| *x == stored) {
-                io.scaled_inputs.insert(i, Binding::Workspace(next_workspace));
+                io.scaled_inputs.insert(i, max);
+            }
+        }
+        // The exp whose running max was stored, where this kernel computes its elements again
+        // (the same node, or the same exp of the unsplit row).
+        let earlier_graph = &part.kernels[j];
+        if let Some(src) = planned.max_source.filter(|s| earlier_graph.graph.node(*s).op == Op::Unary(UnaryOp::Exp)) {
+            let class = part.same_elements[earlier_graph.origin[src.index()].index()];
+            for id in kg.graph.ids().filter(|id| part.same_elements[kg.origin[id.index()].index()] == class) {
+                io.shifted_exps.insert(id, max);
             }
         }
         next_workspace += 1;

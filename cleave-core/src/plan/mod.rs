@@ -3,7 +3,7 @@
 //! become a [`Launch`].
 //!
 //! ```text
-//! graph ─► partition (split kernel + combine kernel, workspaces)
+//! graph ─► partition (split kernel + combine kernel, workspaces), or rows::row_first
 //! kernel graph + itGraph + io ─► lower ─► Planned { TileKernel, .. } ─► cost
 //! Planned per kernel ─► assemble ─► Launch
 //! ```
@@ -17,6 +17,7 @@ pub mod interp;
 pub mod launch;
 pub mod lower;
 pub mod partition;
+pub mod rows;
 pub mod program;
 pub mod requests;
 pub mod stage;
@@ -30,4 +31,5 @@ pub use program::{
     is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MergeOp, MergePart, MmaA, MmaB, Param, ParamId,
     ShowKernel, Src, Stmt, StrideParam, TileKernel, Warps,
 };
+pub use rows::row_first;
 pub use stage::{Ix, SExpr, StageKernel};

@@ -13,6 +13,8 @@
 //! to a workspace: the first kernel of the launch. A matrix is stored in the 16-bit type the
 //! tensor cores take it in (rounding it once there rather than in every block), a vector in
 //! f32 (its products are f32 dot products).
+//!
+//! Where an output spans a row it also reduces, [`super::rows`] offers a second partition.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +28,11 @@ pub enum Part {
     Leaf,
     /// The kernel before the others: the computed right operands of products.
     Pre,
-    /// The split kernel, or the whole graph (but its [`Part::Pre`]) when it has no split.
+    /// The row reductions that an output reads back across the row they reduce, and what they
+    /// are computed from ([`super::rows::row_first`]).
+    Rows,
+    /// The split kernel, or the whole graph (but its [`Part::Pre`] or [`Part::Rows`]) when it
+    /// has no split.
     Split,
     /// The combine kernel.
     Combine,
@@ -43,6 +49,9 @@ pub struct KernelGraph {
     pub inputs: Vec<Binding>,
     /// For each output of `graph`: what it writes.
     pub outputs: Vec<Binding>,
+    /// For each node of `graph` (by [`NodeId::index`]): the node of the partitioned graph it
+    /// computes or reads. How a later kernel finds the node an earlier one stabilized.
+    pub origin: Vec<NodeId>,
 }
 
 /// What a workspace's elements are.
@@ -101,6 +110,12 @@ pub struct Workspace {
 pub struct Partition {
     /// Per node (by [`NodeId::index`]): the kernel that computes it.
     pub part: Vec<Part>,
+    /// Per node: the first node computing the same elements, seen through splits
+    /// ([`super::rows::same_elements`]).
+    pub same_elements: Vec<NodeId>,
+    /// Per node: whether the main kernel computes it again, beside the [`Part::Rows`] kernel
+    /// that computes it first (an elementwise value is cheaper recomputed than stored).
+    pub recomputed: Vec<bool>,
     /// The reductions over a split-count axis, where the combine kernel begins.
     pub combine_roots: Vec<NodeId>,
     /// Kernels in launch order.
@@ -183,6 +198,24 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             part[id.index()] = Part::Split;
         }
     }
+    // An elementwise value of the unsplit inputs that only the combine reads (the numerator
+    // `exp(x)` of a softmax whose sum is split along the row) is the combine's to compute:
+    // stored by the split kernel, it would be written and read back whole.
+    if !combine_roots.is_empty() {
+        let users = g.users();
+        let mut split_dep = vec![false; g.nodes.len()];
+        for id in g.ids() {
+            let n = g.node(id);
+            split_dep[id.index()] = matches!(n.op, Op::Split(_)) || n.args.iter().any(|a| split_dep[a.index()]);
+        }
+        for id in (0..g.nodes.len() as u32).rev().map(NodeId) {
+            let elementwise = matches!(g.node(id).op, Op::Unary(_) | Op::Binary(_) | Op::Mask(_));
+            let for_combine = users[id.index()].iter().all(|u| matches!(part[u.index()], Part::Combine | Part::Unused));
+            if part[id.index()] == Part::Split && elementwise && !split_dep[id.index()] && for_combine {
+                part[id.index()] = Part::Combine;
+            }
+        }
+    }
     if combine_roots.is_empty() && g.has_split() {
         return Err(PartitionError::UncombinedSplit);
     }
@@ -195,10 +228,13 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     if !has_pre && combine_roots.is_empty() {
         let inputs = (0..g.inputs.len() as u32).map(Binding::Input).collect();
         let outputs = (0..g.outputs.len() as u32).map(Binding::Output).collect();
+        let origin = g.ids().collect();
         return Ok(Partition {
+            same_elements: super::rows::same_elements(g),
+            recomputed: vec![false; part.len()],
             part,
             combine_roots,
-            kernels: vec![KernelGraph { graph: g.clone(), inputs, outputs }],
+            kernels: vec![KernelGraph { graph: g.clone(), inputs, outputs, origin }],
             workspaces: Vec::new(),
         });
     }
@@ -234,9 +270,13 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     if !combine_roots.is_empty() {
         parts.push(Part::Combine);
     }
-    let kernels =
-        parts.iter().enumerate().map(|(k, &p)| extract(g, &part, k, p, &workspaces)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Partition { part, combine_roots, kernels, workspaces })
+    let recomputed = vec![false; part.len()];
+    let kernels = parts
+        .iter()
+        .enumerate()
+        .map(|(k, &p)| extract(g, &part, &recomputed, k, p, &workspaces))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Partition { part, same_elements: super::rows::same_elements(g), recomputed, combine_roots, kernels, workspaces })
 }
 
 /// Where a kernel's part falls in launch order (leaves and unused nodes before all).
@@ -244,8 +284,9 @@ fn order(p: Part) -> u8 {
     match p {
         Part::Leaf | Part::Unused => 0,
         Part::Pre => 1,
-        Part::Split => 2,
-        Part::Combine => 3,
+        Part::Rows => 2,
+        Part::Split => 3,
+        Part::Combine => 4,
     }
 }
 
@@ -253,7 +294,7 @@ fn order(p: Part) -> u8 {
 /// that is computed, seen through views (a transpose), with everything it is computed from.
 /// One is left in place (to the fallback) when that would store a graph output early, or
 /// cross a split (its parts' count is chosen with the split kernel's grid).
-fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool> {
+pub(super) fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool> {
     let mut pre = vec![false; g.nodes.len()];
     for id in g.ids() {
         if !live[id.index()] || g.node(id).op != Op::MatMul {
@@ -317,12 +358,14 @@ fn operand_type(g: &Graph, part: &[Part], users: &[Vec<NodeId>], id: NodeId) -> 
     }
 }
 
-/// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`:
-/// its nodes, the leaves they read, the workspaces of earlier kernels it reads as inputs, and
-/// as outputs the workspaces it writes and the graph outputs it computes.
-fn extract(
+/// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`
+/// (and, for the main kernel, the `recomputed` ones): its nodes, the leaves they read, the
+/// workspaces of earlier kernels it reads as inputs, and as outputs the workspaces it writes
+/// and the graph outputs it computes.
+pub(super) fn extract(
     g: &Graph,
     part: &[Part],
+    recomputed: &[bool],
     k: usize,
     kernel: Part,
     workspaces: &[Workspace],
@@ -334,7 +377,8 @@ fn extract(
     let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    let needs = |id: NodeId| users[id.index()].iter().any(|u| part[u.index()] == kernel);
+    let computes = |id: NodeId| part[id.index()] == kernel || (kernel == Part::Split && recomputed[id.index()]);
+    let needs = |id: NodeId| users[id.index()].iter().any(|&u| computes(u));
     let workspace_decl = |w: usize, shape: Vec<Dim>| {
         TensorDecl::dense(workspaces[w].name.clone(), workspaces[w].ty.dtype().unwrap_or(DType::F32), shape)
     };
@@ -348,7 +392,7 @@ fn extract(
             (Op::Const(c), Part::Leaf) if needs(id) => {
                 map.insert(id, sub.constant(c));
             }
-            (_, p) if p == kernel => {
+            _ if computes(id) => {
                 // Operands come before their users, and every operand of a kernel's node is a
                 // leaf, a node of the same kernel or a workspace of an earlier one.
                 let args: Vec<NodeId> = n.args.iter().map(|a| map[a]).collect();
@@ -382,8 +426,12 @@ fn extract(
             outputs.push(Binding::Output(i as u32));
         }
     }
+    let mut origin = vec![NodeId(0); sub.nodes.len()];
+    for (&from, &to) in &map {
+        origin[to.index()] = from;
+    }
     let graph = validate(sub).map_err(|error| PartitionError::InvalidKernel { kernel: k, error })?;
-    Ok(KernelGraph { graph, inputs, outputs })
+    Ok(KernelGraph { graph, inputs, outputs, origin })
 }
 
 #[cfg(test)]

@@ -53,6 +53,10 @@ pub struct KernelIo {
     pub scaled_inputs: BTreeMap<usize, Binding>,
     /// Where a split kernel stores the running max of its scaled partials, if it has any.
     pub max_output: Option<Binding>,
+    /// Exps an earlier kernel stabilized and stored the running max of, by node of this
+    /// kernel's graph: the binding of that max. Where such an exp reaches no reduction, it is
+    /// computed against that max.
+    pub shifted_exps: BTreeMap<NodeId, Binding>,
 }
 
 /// The planned kernel and what the next kernel of its launch needs to know about it.
@@ -64,6 +68,9 @@ pub struct Planned {
     pub scaled_outputs: Vec<usize>,
     /// The shape of the stored running max, when there is one.
     pub max_shape: Option<Vec<Dim>>,
+    /// The node of this kernel's graph whose running max is stored: an exp, or the first
+    /// scaled partial input of a merge.
+    pub max_source: Option<NodeId>,
     /// Estimated registers per thread.
     pub registers: u64,
 }
@@ -113,6 +120,14 @@ struct Lowerer<'a> {
     running_max: BTreeMap<NodeId, BufId>,
     /// The staged max tile of each scaled partial input, for the partials sharing it.
     partial_max_tile: BTreeMap<NodeId, BufId>,
+    /// The source each running or one-shot max buffer belongs to.
+    max_source_of: BTreeMap<BufId, NodeId>,
+    /// The max an earlier kernel stored, by its binding, once read: what the sources it
+    /// shifts share.
+    stored_shift: BTreeMap<Binding, BufId>,
+    /// Register buffers of this loop level holding an exp, with its exponent: a log of them
+    /// takes the exponent rather than the log of a value that may have underflowed.
+    exp_regs: BTreeMap<BufId, Expr>,
     /// For each lowered loop, how the state it carries would merge across warps that split
     /// it: its running maxima and accumulators (`None`: some of it cannot be merged).
     loop_state: BTreeMap<IterId, Option<Vec<(BufId, MergeOp)>>>,
@@ -143,14 +158,18 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         mma_a_frags: BTreeSet::new(),
         running_max: BTreeMap::new(),
         partial_max_tile: BTreeMap::new(),
+        max_source_of: BTreeMap::new(),
+        stored_shift: BTreeMap::new(),
+        exp_regs: BTreeMap::new(),
         loop_state: BTreeMap::new(),
     };
     lowerer.declare_params();
     lowerer.check_requests(it)?;
     let mut body = Vec::new();
-    let stab = stabilize::analyze(g, it, &io.scaled_inputs)?;
+    let stab = stabilize::analyze(g, it, io)?;
     lowerer.level(it, &stab, &mut body)?;
     let (scaled_outputs, max_shape) = lowerer.stores(it, primary, &mut body)?;
+    let max_source = lowerer.stored_max.and_then(|m| lowerer.max_source_of.get(&m).copied());
 
     let mut warps = lowerer.warps(cfg, &body);
     let mut registers = lowerer.register_estimate(warps, &body);
@@ -200,7 +219,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         names: it.iter_names(),
     };
     super::cost::order_grid(&mut kernel, &g.dims);
-    Ok(Planned { kernel, scaled_outputs, max_shape, registers })
+    Ok(Planned { kernel, scaled_outputs, max_shape, max_source, registers })
 }
 
 impl Lowerer<'_> {
@@ -408,6 +427,9 @@ impl Lowerer<'_> {
     /// not move with it are hoisted, the others are double-buffered.
     fn inner(&mut self, inner: &ItGraph, body: &mut Vec<Stmt>) -> Result<(), PlanError> {
         let axis = inner.loops[0];
+        // A loop reassigns running maxima, so an exponent recorded on one side of it is not
+        // read on the other.
+        self.exp_regs.clear();
         // Accumulators start at the identity of their reduction.
         for &r in &inner.accumulates {
             let tm = inner.tmaps.get(&r).ok_or(PlanError::MissingAccumulator(r))?;
@@ -421,7 +443,7 @@ impl Lowerer<'_> {
             body.push(Stmt::Assign { dst: b, expr: Expr::constant(init) });
             self.values.insert(r, Value::Reg { expr: Expr::reg(b), cols, scale: None });
         }
-        let stab = stabilize::analyze(self.g, inner, &self.io.scaled_inputs)?;
+        let stab = stabilize::analyze(self.g, inner, self.io)?;
         let maxima_before = self.running_max.clone();
         self.start_running_maxima(&stab, body);
         let started: Vec<BufId> =
@@ -433,6 +455,7 @@ impl Lowerer<'_> {
         // loop the enclosing level must see its own value again, not the last iteration's.
         let outer = self.values.clone();
         self.level(inner, &stab, &mut loop_body)?;
+        self.exp_regs.clear();
         for (id, v) in outer {
             if !inner.accumulates.contains(&id) {
                 self.values.insert(id, v);

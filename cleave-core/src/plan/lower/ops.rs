@@ -19,6 +19,15 @@ pub(super) enum RowLayout {
     Broadcast,
 }
 
+/// The exponent of an exp expression: `x` of `exp(x)`, `a - b` of `exp(a - b)`.
+fn exponent(e: &Expr) -> Option<Expr> {
+    match e {
+        Expr::Unary(UnaryOp::Exp, x) => Some(x.as_ref().clone()),
+        Expr::ExpDiff(a, b) => Some(Expr::bin(BinaryOp::Sub, a.as_ref().clone(), b.as_ref().clone())),
+        _ => None,
+    }
+}
+
 /// A tile's shared-memory shape: its non-last axes flattened into rows, its last axis as
 /// columns.
 pub(super) fn tile_2d(tm: &TMap) -> (u64, u64) {
@@ -111,8 +120,37 @@ impl Lowerer<'_> {
         }
         let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols, whole: false } };
         let b = self.buf(name, kind);
+        if let Some(x) = exponent(&expr) {
+            self.exp_regs.insert(b, x);
+        }
         body.push(Stmt::Assign { dst: b, expr });
         b
+    }
+
+    /// `log(e)`, computed so that a factor of `e` that is an exp never passes through f32 as
+    /// an exp: `log(exp(x) / s)` is `x - log(s)`, finite where `exp(x)` underflows (a
+    /// log-softmax far below its row's max). The rewrite holds at every sign: an exp is
+    /// positive, so `log(p · q)` and `log(p) + log(q)` are NaN together.
+    pub(super) fn log_of(&self, e: Expr) -> Expr {
+        if let Some(x) = exponent(&e).or_else(|| self.reg_exponent(&e)) {
+            return x;
+        }
+        let positive = |x: &Expr| exponent(x).is_some() || self.reg_exponent(x).is_some();
+        match e {
+            Expr::Binary(op @ (BinaryOp::Mul | BinaryOp::Div), p, q) if positive(&p) || positive(&q) => {
+                let sum = if op == BinaryOp::Mul { BinaryOp::Add } else { BinaryOp::Sub };
+                Expr::bin(sum, self.log_of(*p), self.log_of(*q))
+            }
+            e => Expr::Unary(UnaryOp::Log, Box::new(e)),
+        }
+    }
+
+    /// The exponent of a register this level assigned an exp to.
+    fn reg_exponent(&self, e: &Expr) -> Option<Expr> {
+        match e {
+            Expr::Src(Src::Reg(b)) => self.exp_regs.get(b).cloned(),
+            _ => None,
+        }
     }
 
     pub(super) fn op(
@@ -214,8 +252,9 @@ impl Lowerer<'_> {
             // log(x · exp(m)^d) = log(x) + d · m: the scale leaves through the log.
             (UnaryOp::Log, Some(sc)) if sc.degree != 0 => {
                 let f = Expr::bin(BinaryOp::Mul, Expr::reg(sc.m), Expr::constant(f64::from(sc.degree)));
-                (Expr::bin(BinaryOp::Add, Expr::Unary(UnaryOp::Log, Box::new(e)), f), None)
+                (Expr::bin(BinaryOp::Add, self.log_of(e), f), None)
             }
+            (UnaryOp::Log, s) => (self.log_of(e), s),
             // Negation keeps a running-max scale (it is linear); nothing else may carry one.
             (UnaryOp::Neg, s) => (Expr::Unary(u, Box::new(e)), s),
             (_, Some(sc)) if sc.degree != 0 => return Err(PlanError::LeavesRunningMaxScale),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::ops::tile_2d;
 use super::stabilize::Stabilized;
 use super::{Lowerer, Scale, Value};
-use crate::graph::{BinaryOp, DType, NodeId, ReduceOp};
+use crate::graph::{BinaryOp, DType, NodeId, Op, ReduceOp};
 use crate::index::{AxisRange, TMap};
 use crate::plan::error::PlanError;
 use crate::plan::program::{Binding, BufId, BufKind, Expr, Src, Stmt};
@@ -60,6 +60,18 @@ impl Lowerer<'_> {
             Some(c) => Expr::bin(BinaryOp::Mul, Expr::constant(c), e),
             None => e,
         };
+        if let Some(b) = st.stored_max {
+            // The max an earlier kernel took over the whole row of this same exponent (merged
+            // here first, when it stored one per chunk of the row): no element exceeds it, so
+            // the exp needs no max of its own, and columns past the tensor are never stored.
+            let m = match self.merged_max(b) {
+                Some(Some(m)) => m,
+                Some(None) => return Err(PlanError::ShiftBeforeMerge(id)),
+                None => self.stored_shift(b, tm, body),
+            };
+            let e = Expr::ExpDiff(Box::new(scaled(x)), Box::new(Expr::reg(m)));
+            return Ok(Value::Reg { expr: e, cols, scale: Some(Scale { m, degree: 1 }) });
+        }
         let x = if limits.is_empty() { x } else { Expr::MaskCols(Box::new(x), limits, f64::NEG_INFINITY) };
         let xb = self.materialize(format!("t{}_x", id.0), x, cols, body);
         let m_tile = self.buf(format!("t{}_mt", id.0), BufKind::Rows);
@@ -90,6 +102,12 @@ impl Lowerer<'_> {
         let Some(st) = stab.get(&id) else {
             return Err(PlanError::UnreducedScaledPartial);
         };
+        if let Some(b) = st.stored_max {
+            // Read as stored, on its own max: `x` scaled by `exp(m_in)`.
+            let m = self.stored_shift(b, tm, body);
+            let (x, cols, _) = self.as_reg(tile, tm)?;
+            return Ok(Value::Reg { expr: x, cols, scale: Some(Scale { m, degree: 1 }) });
+        }
         let (m, mbuf) = match st.shares_max_with {
             // The earlier partial already folded this iteration's max in; reuse its tile.
             Some(first) => (self.running_max[&first], self.partial_max_tile[&first]),
@@ -113,14 +131,55 @@ impl Lowerer<'_> {
         Ok(Value::Reg { expr: Expr::bin(BinaryOp::Mul, x, f), cols, scale: Some(Scale { m, degree: 1 }) })
     }
 
+    /// For a max stored at `binding` next to partials this kernel merges (reduces): the merged
+    /// running max, once the merge has started (`Some(None)` before). `None` when no reduction
+    /// here reads those partials.
+    fn merged_max(&self, binding: Binding) -> Option<Option<BufId>> {
+        let g = self.g;
+        let users = &self.users;
+        let partials: Vec<NodeId> = g
+            .ids()
+            .filter(|id| match g.node(*id).op {
+                Op::Input(i) => self.io.scaled_inputs.get(&(i as usize)) == Some(&binding),
+                _ => false,
+            })
+            .collect();
+        let merged = partials.iter().any(|p| users[p.index()].iter().any(|u| matches!(g.node(*u).op, Op::Reduce(..))));
+        merged.then(|| partials.iter().find_map(|p| self.running_max.get(p).copied()))
+    }
+
+    /// The per-row max an earlier kernel stored at `binding`, read into registers once for
+    /// every source it shifts (one value per row of the block).
+    fn stored_shift(&mut self, binding: Binding, tm: &TMap, body: &mut Vec<Stmt>) -> BufId {
+        if let Some(&m) = self.stored_shift.get(&binding) {
+            return m;
+        }
+        let mut mtm = tm.clone();
+        if let Some(last) = mtm.axes.last_mut() {
+            *last = AxisRange::unit();
+        }
+        let param = self.param_of[&binding];
+        let tile = self.buf(
+            format!("ws{}_max", self.stored_shift.len()),
+            BufKind::Smem { dtype: DType::F32, rows: tile_2d(&mtm).0, cols: 1 },
+        );
+        body.push(Stmt::Load { dst: tile, param, tmap: mtm });
+        let m = self.buf(format!("ws{}_m", self.stored_shift.len()), BufKind::Rows);
+        body.push(Stmt::Assign { dst: m, expr: Expr::Src(Src::Tile(tile)) });
+        self.stored_shift.insert(binding, m);
+        m
+    }
+
     /// Folds a per-row maximum into the running max of `src` (rescaling its accumulators), or
     /// makes it the one-shot max. Returns the buffer holding the max to subtract.
     fn update_max(&mut self, src: NodeId, m_tile: Expr, st: &Stabilized, body: &mut Vec<Stmt>) -> BufId {
         let Some(&m) = self.running_max.get(&src).filter(|_| !st.accumulators.is_empty()) else {
             let m = self.buf(format!("t{}_m", src.0), BufKind::Rows);
             body.push(Stmt::Assign { dst: m, expr: m_tile });
+            self.max_source_of.insert(m, src);
             return m;
         };
+        self.max_source_of.insert(m, src);
         let m_new = self.buf(format!("t{}_mn", src.0), BufKind::Rows);
         body.push(Stmt::Assign { dst: m_new, expr: Expr::bin(BinaryOp::Max, Expr::reg(m), m_tile) });
         let c = self.buf(format!("t{}_c", src.0), BufKind::Rows);

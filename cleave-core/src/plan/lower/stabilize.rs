@@ -13,13 +13,17 @@
 //! Every exp must be stabilized: one that reaches a reduction any other way, or reaches none
 //! (whose f32 value could overflow where the true result, after later ops, would not), makes
 //! the schedule fail, and the graph goes to the fallback kernels, whose extended exponent needs
-//! no running max.
+//! no running max. Two sources need no reduction here: an exp whose running max over the
+//! whole row an earlier kernel stored (a row-first softmax's second kernel computes
+//! `exp(x - m)` with that `m`, which no element of the row exceeds), and a scaled input read
+//! as it is, on its own stored max.
 //!
 //! The analysis is a pure function of the graph, one loop level and which inputs are scaled;
 //! the lowering runs it once per level and [`rescale`](super::rescale) writes what it decides.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::KernelIo;
 use crate::graph::{BinaryOp, Graph, NodeId, Op, UnaryOp};
 use crate::plan::error::PlanError;
 use crate::plan::program::Binding;
@@ -34,6 +38,9 @@ pub struct Stabilized {
     /// For a scaled partial input: an earlier partial of the same split whose running max this
     /// one shares.
     pub shares_max_with: Option<NodeId>,
+    /// A source this level does not reduce, shifted by the running max an earlier kernel
+    /// stored: the binding of that max.
+    pub stored_max: Option<Binding>,
 }
 
 /// How a value depends on one source.
@@ -49,17 +56,14 @@ enum Dependence {
     FromReduction,
 }
 
-/// The sources of `level` that feed reductions, keyed by node. `scaled_inputs` maps the
-/// kernel's scaled partial inputs (by input index) to the binding of their running max.
-pub fn analyze(
-    g: &Graph,
-    level: &ItGraph,
-    scaled_inputs: &BTreeMap<usize, Binding>,
-) -> Result<BTreeMap<NodeId, Stabilized>, PlanError> {
+/// The sources of `level` that feed reductions, keyed by node, with those an earlier kernel's
+/// stored max stabilizes. `io` names the kernel's scaled partial inputs and its exps that
+/// an earlier kernel stabilized.
+pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<NodeId, Stabilized>, PlanError> {
     let ops: Vec<NodeId> = level.ops().collect();
     let accs: BTreeSet<NodeId> = level.accumulates.iter().copied().collect();
     let scaled_input = |id: NodeId| match g.node(id).op {
-        Op::Input(i) => scaled_inputs.get(&(i as usize)).copied(),
+        Op::Input(i) => io.scaled_inputs.get(&(i as usize)).copied(),
         _ => None,
     };
     let mut sources: Vec<NodeId> = ops.iter().copied().filter(|id| g.node(*id).op == Op::Unary(UnaryOp::Exp)).collect();
@@ -73,10 +77,10 @@ pub fn analyze(
             return Err(PlanError::ExpReduction(bad));
         }
         if reds.is_empty() {
-            if g.node(src).op.is_leaf() {
-                continue;
-            }
-            return Err(PlanError::UnstabilizedExp(src));
+            let stored = scaled_input(src).or_else(|| io.shifted_exps.get(&src).copied());
+            let Some(stored) = stored else { return Err(PlanError::UnstabilizedExp(src)) };
+            out.insert(src, Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: Some(stored) });
+            continue;
         }
         let in_loop: Vec<NodeId> = reds.iter().copied().filter(|r| accs.contains(r)).collect();
         if !in_loop.is_empty() && in_loop.len() != reds.len() {
@@ -88,13 +92,16 @@ pub fn analyze(
                 if let Some(st) = out.get_mut(&first) {
                     st.accumulators.extend(in_loop);
                 }
-                out.insert(src, Stabilized { accumulators: Vec::new(), shares_max_with: Some(first) });
+                out.insert(
+                    src,
+                    Stabilized { accumulators: Vec::new(), shares_max_with: Some(first), stored_max: None },
+                );
             }
             None => {
                 if let Some(b) = max_binding {
                     first_with_max.insert(b, src);
                 }
-                out.insert(src, Stabilized { accumulators: in_loop, shares_max_with: None });
+                out.insert(src, Stabilized { accumulators: in_loop, shares_max_with: None, stored_max: None });
             }
         }
     }
@@ -171,6 +178,15 @@ mod tests {
         module.kernels.remove(0).1
     }
 
+    /// A kernel with the given outputs.
+    fn graph_with_output(dims: &str, inputs: &str, outputs: &str, body: &str) -> ValidGraph {
+        let src = format!(
+            "kernels:\n  - name: k\n    dims: {dims}\n    inputs: {inputs}\n    outputs: {outputs}\n    body: |\n      {body}\n"
+        );
+        let mut module = check_source(src.as_bytes()).unwrap_or_else(|d| panic!("{d:?}"));
+        module.kernels.remove(0).1
+    }
+
     /// The graph and the loop level of its reductions, under the first configuration that
     /// iterates them in tiles smaller than their axis.
     fn loop_level(dims: &str, inputs: &str, body: &str) -> (ValidGraph, ItGraph) {
@@ -211,7 +227,7 @@ mod tests {
             "{ s: \"f32[m, l]\", v: \"f16[l, d]\", w: \"f16[d, 1]\" }",
             "e = exp(s)\ny = matmul(matmul(e, v) / sum(e, axis=-1), w)",
         );
-        let stab = analyze(&g, &inner, &BTreeMap::new()).expect("stabilizable");
+        let stab = analyze(&g, &inner, &KernelIo::default()).expect("stabilizable");
         let st = &stab[&node(&g, |op| *op == Op::Unary(UnaryOp::Exp))];
         let mut accs = st.accumulators.clone();
         accs.sort();
@@ -223,9 +239,9 @@ mod tests {
     #[test]
     fn an_exp_reduced_within_one_tile_gets_a_one_shot_max() {
         let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = log(sum(exp(s), axis=-1))");
-        let stab = analyze(&g, &top, &BTreeMap::new()).expect("stabilizable");
+        let stab = analyze(&g, &top, &KernelIo::default()).expect("stabilizable");
         let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
-        assert_eq!(stab[&exp], Stabilized { accumulators: Vec::new(), shares_max_with: None });
+        assert_eq!(stab[&exp], Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: None });
     }
 
     #[test]
@@ -236,7 +252,7 @@ mod tests {
             "e = exp(s)\ny = sum(e, axis=-1) + sum(square(e), axis=-1)",
         );
         let squared = g.ids().filter(|id| is_sum(&g.node(*id).op)).last().expect("sums");
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(squared)));
+        assert_eq!(analyze(&g, &inner, &KernelIo::default()), Err(PlanError::ExpReduction(squared)));
     }
 
     #[test]
@@ -248,22 +264,22 @@ mod tests {
             "e = exp(x)\ny = sum(e, axis=-1) + sum(matmul(s, transpose(e)), axis=-1)",
         );
         let mm = node(&g, |op| *op == Op::MatMul);
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(mm)));
+        assert_eq!(analyze(&g, &inner, &KernelIo::default()), Err(PlanError::ExpReduction(mm)));
     }
 
     #[test]
     fn a_level_without_exps_has_no_sources_and_a_lone_exp_is_refused() {
         let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = sum(s, axis=-1) * 2.0");
-        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Ok(BTreeMap::new()));
+        assert_eq!(analyze(&g, &top, &KernelIo::default()), Ok(BTreeMap::new()));
         // exp(x) / (1 + exp(x)) overflows to inf / inf in f32 for x > 88 though the true value is
         // 1: an exp that no reduction stabilizes is the fallback's.
         let (g, top) =
             top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "e = exp(s)\ny = sum(e / (e + 1.0), axis=-1)");
         let sum = node(&g, is_sum);
-        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Err(PlanError::ExpReduction(sum)));
+        assert_eq!(analyze(&g, &top, &KernelIo::default()), Err(PlanError::ExpReduction(sum)));
         let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = exp(sum(s, axis=-1))");
         let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
-        assert_eq!(analyze(&g, &top, &BTreeMap::new()), Err(PlanError::UnstabilizedExp(exp)));
+        assert_eq!(analyze(&g, &top, &KernelIo::default()), Err(PlanError::UnstabilizedExp(exp)));
     }
 
     #[test]
@@ -275,7 +291,31 @@ mod tests {
             "e = exp(x)\ny = transpose(sum(e * v, axis=0) / sum(e, axis=0))",
         );
         let first_sum = node(&g, is_sum);
-        assert_eq!(analyze(&g, &inner, &BTreeMap::new()), Err(PlanError::ExpReduction(first_sum)));
+        assert_eq!(analyze(&g, &inner, &KernelIo::default()), Err(PlanError::ExpReduction(first_sum)));
+    }
+
+    #[test]
+    fn an_exp_whose_row_max_an_earlier_kernel_stored_needs_no_reduction() {
+        // The second kernel of a row-first softmax: `exp(x) / s`, `s` stored with its max.
+        let g = graph_with_output(
+            "{ m: 64, l: 64 }",
+            "{ x: \"f32[m, l]\", s: \"f32[m, 1]\" }",
+            "{ y: \"f32[m, l]\" }",
+            "y = exp(x) / s",
+        );
+        let top = schedule(&g, &configs(&g).remove(0)).expect("schedules");
+        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+        let s = node(&g, |op| *op == Op::Input(1));
+        assert_eq!(analyze(&g, &top, &KernelIo::default()), Err(PlanError::UnstabilizedExp(exp)));
+        let max = Binding::Workspace(1);
+        let io = KernelIo {
+            scaled_inputs: [(1, max)].into_iter().collect(),
+            shifted_exps: [(exp, max)].into_iter().collect(),
+            ..KernelIo::default()
+        };
+        let stab = analyze(&g, &top, &io).expect("stabilizable");
+        let on_stored = Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: Some(max) };
+        assert_eq!((&stab[&exp], &stab[&s]), (&on_stored, &on_stored));
     }
 
     #[test]
@@ -287,10 +327,14 @@ mod tests {
             "y = sum(a, axis=0) / sum(b, axis=0)",
         );
         let max = Binding::Workspace(9);
-        let scaled: BTreeMap<usize, Binding> = [(0, max), (1, max)].into_iter().collect();
-        let stab = analyze(&g, &inner, &scaled).expect("stabilizable");
+        let io = KernelIo { scaled_inputs: [(0, max), (1, max)].into_iter().collect(), ..KernelIo::default() };
+        let stab = analyze(&g, &inner, &io).expect("stabilizable");
         let (a, b) = (node(&g, |op| *op == Op::Input(0)), node(&g, |op| *op == Op::Input(1)));
-        assert_eq!(stab[&b], Stabilized { accumulators: Vec::new(), shares_max_with: Some(a) }, "{stab:?}");
+        assert_eq!(
+            stab[&b],
+            Stabilized { accumulators: Vec::new(), shares_max_with: Some(a), stored_max: None },
+            "{stab:?}"
+        );
         assert!(!stab[&a].accumulators.is_empty(), "the first partial's max rescales both sums");
     }
 }
