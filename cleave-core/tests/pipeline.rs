@@ -1174,3 +1174,72 @@ kernels:
         assert!(e < tolerance(&g, &b, 0.0), "{rows}×{cols}: {e}");
     }
 }
+
+#[test]
+fn a_layer_norm_over_rows_longer_than_a_tile_takes_a_kernel_per_reduction() {
+    // The variance reduces `x - mean(x)`: the mean must be whole first. Each reduction gets a
+    // kernel, and the last computes `x - mean` again from the stored mean.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: layer_norm
+    dims: { t: { value: 4096, dynamic: true }, d: 4096 }
+    inputs: { x: "f16[t, d]", w: "f16[d]", b: "f16[d]" }
+    outputs: { y: "f16[t, d]" }
+    body: |
+      c = x - mean(x, axis=-1)
+      y = c * rsqrt(mean(square(c), axis=-1) + 1e-5) * w + b
+"#,
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    assert!(l.kernels.iter().all(|k| k.tile().is_some()) && l.kernels.len() == 3, "{}", l.kernels.len());
+    assert_eq!(l.workspaces.len(), 2, "the mean and the variance");
+    let fallback = cleave_core::pipeline::fallback_candidate(&g, &Targets::new(&Options::default().archs), "f")
+        .expect("the fallback");
+    assert!(
+        fallback.seconds > 2.0 * c.ranked[0].candidate.seconds,
+        "{} against {}",
+        fallback.seconds,
+        c.ranked[0].candidate.seconds
+    );
+    interpreted_within_tolerance(&g, l, 37, 17, 30.0);
+}
+
+#[test]
+fn a_probability_times_its_log_is_zero_where_the_probability_underflows() {
+    // `p * log(p)` with `p = exp(x) / sum(exp(x))` held in a register: its log is taken
+    // through the exp, `(x - m) - log(l)`, so an underflowed `p` gives 0 · finite, not
+    // 0 · -inf = NaN.
+    let g = common::graph(
+        r#"
+kernels:
+  - name: plogp
+    dims: { t: { value: 512, dynamic: true }, v: 128 }
+    inputs: { x: "f32[t, v]" }
+    outputs: { y: "f32[t, v]" }
+    body: |
+      e = exp(x)
+      p = e / sum(e, axis=-1)
+      y = p * log(p)
+"#,
+    );
+    let c = compile(&g, &Options { archs: vec![SM90], ..Options::default() }).expect("compiles");
+    let tiled: Vec<&Launch> =
+        c.ranked.iter().map(|r| &r.candidate.launch).filter(|l| l.kernels.iter().all(|k| k.tile().is_some())).collect();
+    assert!(!tiled.is_empty(), "a tile plan");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 37;
+    // Exponents reach ±300: most of each row's probabilities underflow in f32.
+    let exp_arg = random_inputs(&g, &b, 3, &InputScale { default: 100.0, per_input: Vec::new() })[0]
+        .data
+        .iter()
+        .fold(0.0f64, |a, x| a.max(x.abs()));
+    assert!(exp_arg > 200.0, "{exp_arg}");
+    for l in tiled {
+        let (got, want) = interpreted(&g, l, &b, 3, 100.0);
+        assert!(got[0].data.iter().all(|y| y.is_finite()), "no 0 · -inf");
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < tolerance(&g, &b, exp_arg), "{e}");
+    }
+}

@@ -29,8 +29,9 @@ pub enum Part {
     /// The kernel before the others: the computed right operands of products.
     Pre,
     /// The row reductions that an output reads back across the row they reduce, and what they
-    /// are computed from ([`super::rows::row_first`]).
-    Rows,
+    /// are computed from ([`super::rows::row_first`]), by level: those of level `l` are
+    /// computed from those below.
+    Rows(u8),
     /// The split kernel, or the whole graph (but its [`Part::Pre`] or [`Part::Rows`]) when it
     /// has no split.
     Split,
@@ -113,7 +114,7 @@ pub struct Partition {
     /// Per node: the first node computing the same elements, seen through splits
     /// ([`super::rows::same_elements`]).
     pub same_elements: Vec<NodeId>,
-    /// Per node: whether the main kernel computes it again, beside the [`Part::Rows`] kernel
+    /// Per node: whether a later kernel computes it again, beside the [`Part::Rows`] kernel
     /// that computes it first (an elementwise value is cheaper recomputed than stored).
     pub recomputed: Vec<bool>,
     /// The reductions over a split-count axis, where the combine kernel begins.
@@ -284,9 +285,9 @@ fn order(p: Part) -> u8 {
     match p {
         Part::Leaf | Part::Unused => 0,
         Part::Pre => 1,
-        Part::Rows => 2,
-        Part::Split => 3,
-        Part::Combine => 4,
+        Part::Rows(l) => 2 + l,
+        Part::Split => 250,
+        Part::Combine => 251,
     }
 }
 
@@ -359,13 +360,13 @@ fn operand_type(g: &Graph, part: &[Part], users: &[Vec<NodeId>], id: NodeId) -> 
 }
 
 /// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`
-/// (and, for the main kernel, the `recomputed` ones): its nodes, the leaves they read, the
+/// (and the nodes of earlier parts marked `again`): its nodes, the leaves they read, the
 /// workspaces of earlier kernels it reads as inputs, and as outputs the workspaces it writes
 /// and the graph outputs it computes.
 pub(super) fn extract(
     g: &Graph,
     part: &[Part],
-    recomputed: &[bool],
+    again: &[bool],
     k: usize,
     kernel: Part,
     workspaces: &[Workspace],
@@ -377,7 +378,7 @@ pub(super) fn extract(
     let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    let computes = |id: NodeId| part[id.index()] == kernel || (kernel == Part::Split && recomputed[id.index()]);
+    let computes = |id: NodeId| part[id.index()] == kernel || again[id.index()];
     let needs = |id: NodeId| users[id.index()].iter().any(|&u| computes(u));
     let workspace_decl = |w: usize, shape: Vec<Dim>| {
         TensorDecl::dense(workspaces[w].name.clone(), workspaces[w].ty.dtype().unwrap_or(DType::F32), shape)

@@ -14,25 +14,46 @@
 use super::partition::{computed_right_operands, extract, Part, Partition, PartitionError, Workspace, WorkspaceType};
 use crate::graph::{validate, Dim, DimVar, Graph, NodeId, Op, ReduceOp, ValidGraph};
 
-/// The row-first partition of a graph, when it has one: a first kernel computes the row
-/// reductions that an output reads back across the row they reduce ([`row_reductions`]),
-/// with everything they depend on, and stores them; the second computes the rest, recomputing
-/// from the inputs every value of the first kernel it needs but those reductions. `None` for a
-/// graph without such a reduction, or with a split or a computed right operand (their own
-/// partitions come first).
+/// The row-first partition of a graph, when it has one: the row reductions that an output
+/// reads back across the row they reduce ([`row_reductions`]) are computed
+/// first, with everything they depend on, and stored; one kernel per level of them, since a
+/// reduction of values computed from another (a layer norm's variance of `x - mean(x)`) needs
+/// that one whole. The last kernel computes the rest. Each kernel recomputes from the inputs
+/// every value of an earlier kernel it needs but those reductions. `None` for a graph without
+/// such a reduction, or with a split or a computed right operand (their own partitions come
+/// first).
 pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
     let live = g.live();
     let roots = row_reductions(g, &live);
     if roots.is_empty() || g.has_split() || computed_right_operands(g, &live).iter().any(|&p| p) {
         return None;
     }
+    let is_root = |id: NodeId| roots.contains(&id);
+    // A root's level: one more than the deepest root it is computed from.
+    let mut level = vec![0u8; g.nodes.len()];
+    for id in g.ids() {
+        let below = g.node(id).args.iter().map(|a| level[a.index()] + u8::from(is_root(*a))).max().unwrap_or(0);
+        level[id.index()] = below;
+    }
+    let levels = roots.iter().map(|r| level[r.index()]).max().unwrap_or(0);
+    if levels >= MAX_ROW_LEVELS {
+        return None;
+    }
+    // Each node of a root's cone goes to the lowest level whose root needs it.
     let mut part = vec![Part::Unused; g.nodes.len()];
-    let mut stack = roots.clone();
-    while let Some(x) = stack.pop() {
-        if g.node(x).op.is_leaf() || std::mem::replace(&mut part[x.index()], Part::Rows) == Part::Rows {
-            continue;
+    for &r in &roots {
+        let l = level[r.index()];
+        let mut stack = vec![r];
+        while let Some(x) = stack.pop() {
+            if g.node(x).op.is_leaf() || (x != r && is_root(x)) {
+                continue;
+            }
+            match part[x.index()] {
+                Part::Rows(k) if k <= l => continue,
+                _ => part[x.index()] = Part::Rows(l),
+            }
+            stack.extend(g.node(x).args.iter().copied());
         }
-        stack.extend(g.node(x).args.iter().copied());
     }
     for id in g.ids() {
         if g.node(id).op.is_leaf() {
@@ -41,22 +62,31 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
             part[id.index()] = Part::Split;
         }
     }
-    // What the main kernel recomputes: every value of the first kernel it reads, and what
-    // those are computed from, down to the inputs or to a stored row reduction.
-    let is_root = |id: NodeId| roots.contains(&id);
-    let mut recomputed = vec![false; part.len()];
-    let mut stack: Vec<NodeId> =
-        g.ids().filter(|id| part[id.index()] == Part::Split).flat_map(|id| g.node(id).args.clone()).collect();
-    while let Some(x) = stack.pop() {
-        if part[x.index()] != Part::Rows || is_root(x) || std::mem::replace(&mut recomputed[x.index()], true) {
-            continue;
-        }
-        stack.extend(g.node(x).args.iter().copied());
-    }
+    let kernel_parts: Vec<Part> = (0..=levels).map(Part::Rows).chain([Part::Split]).collect();
+    // Per kernel: the values of earlier kernels it computes again, down to the inputs or to a
+    // stored row reduction.
+    let again: Vec<Vec<bool>> = kernel_parts
+        .iter()
+        .map(|&kp| {
+            let mut again = vec![false; part.len()];
+            let mut stack: Vec<NodeId> =
+                g.ids().filter(|id| part[id.index()] == kp).flat_map(|id| g.node(id).args.clone()).collect();
+            while let Some(x) = stack.pop() {
+                let earlier = matches!(part[x.index()], Part::Rows(_)) && part[x.index()] != kp;
+                if !earlier || is_root(x) || std::mem::replace(&mut again[x.index()], true) {
+                    continue;
+                }
+                stack.extend(g.node(x).args.iter().copied());
+            }
+            again
+        })
+        .collect();
     let users = g.users();
     let mut workspaces = Vec::new();
     for &r in &roots {
-        let read = users[r.index()].iter().any(|u| part[u.index()] == Part::Split || recomputed[u.index()]);
+        let read = kernel_parts.iter().zip(&again).any(|(&kp, again)| {
+            kp != part[r.index()] && users[r.index()].iter().any(|u| part[u.index()] == kp || again[u.index()])
+        });
         if read {
             let name = format!("ws{}", workspaces.len());
             workspaces.push(Workspace {
@@ -68,11 +98,13 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
             });
         }
     }
-    let kernels = [Part::Rows, Part::Split]
+    let kernels = kernel_parts
         .iter()
+        .zip(&again)
         .enumerate()
-        .map(|(k, &p)| extract(g, &part, &recomputed, k, p, &workspaces))
+        .map(|(k, (&p, again))| extract(g, &part, again, k, p, &workspaces))
         .collect::<Result<Vec<_>, _>>();
+    let recomputed = (0..part.len()).map(|i| again.iter().any(|a| a[i])).collect();
     let same_elements = same_elements(g);
     Some(kernels.map(|kernels| Partition {
         part,
@@ -83,6 +115,9 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
         workspaces,
     }))
 }
+
+/// The most levels of row reductions computed from one another that get a kernel each.
+const MAX_ROW_LEVELS: u8 = 4;
 
 /// The live reductions along a last axis (of more than one element) whose result an output
 /// spanning that axis reads through elementwise ops alone: a softmax's sum, a log-softmax's
@@ -296,7 +331,11 @@ mod tests {
         let sum = g.ids().find(|id| matches!(g.node(*id).op, Op::Reduce(..))).expect("the sum");
         let exp = g.node(sum).args[0];
         assert_eq!(p.workspaces.iter().map(|w| w.node).collect::<Vec<_>>(), [Some(sum)], "only the sum is stored");
-        assert_eq!((p.part[exp.index()], p.recomputed[exp.index()]), (Part::Rows, true), "the exp is computed again");
+        assert_eq!(
+            (p.part[exp.index()], p.recomputed[exp.index()]),
+            (Part::Rows(0), true),
+            "the exp is computed again"
+        );
         let (first, second) = (&p.kernels[0], &p.kernels[1]);
         assert_eq!((&first.inputs[..], &first.outputs[..]), (&[Binding::Input(0)][..], &[Binding::Workspace(0)][..]));
         assert_eq!(
@@ -366,6 +405,28 @@ mod tests {
             let e = split_error(&g, 8, &at);
             assert!(e < 1e-12, "{at:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_reduction_of_values_computed_from_another_gets_a_kernel_of_its_own() {
+        // A layer norm: the variance reduces `x - mean(x)`, so the mean is whole first.
+        let g = declared(
+            "{ t: { value: 16, dynamic: true }, d: 4096 }",
+            "{ x: \"f32[t, d]\" }",
+            "{ y: \"f32[t, d]\" }",
+            "c = x - mean(x, axis=-1)\n      y = c * rsqrt(mean(square(c), axis=-1) + 1e-5)",
+        );
+        let p = row_first(&g).expect("offered").expect("partitions");
+        assert_eq!(p.kernels.len(), 3);
+        let means: Vec<NodeId> = g.ids().filter(|id| matches!(g.node(*id).op, Op::Reduce(ReduceOp::Mean, _))).collect();
+        assert_eq!(means.iter().map(|m| p.part[m.index()]).collect::<Vec<_>>(), [Part::Rows(0), Part::Rows(1)]);
+        assert_eq!(p.workspaces.iter().map(|w| w.node).collect::<Vec<_>>(), [Some(means[0]), Some(means[1])]);
+        // `x - mean(x)` belongs to the variance's kernel; the last kernel computes it again
+        // from the stored mean.
+        let c = g.node(g.node(means[1]).args[0]).args[0];
+        assert_eq!((p.part[c.index()], p.recomputed[c.index()]), (Part::Rows(1), true));
+        assert_eq!(p.kernels[1].inputs, [Binding::Input(0), Binding::Workspace(0)]);
+        assert_eq!(p.kernels[2].inputs, [Binding::Input(0), Binding::Workspace(0), Binding::Workspace(1)]);
     }
 
     #[test]

@@ -125,9 +125,10 @@ struct Lowerer<'a> {
     /// The max an earlier kernel stored, by its binding, once read: what the sources it
     /// shifts share.
     stored_shift: BTreeMap<Binding, BufId>,
-    /// Register buffers of this loop level holding an exp, with its exponent: a log of them
-    /// takes the exponent rather than the log of a value that may have underflowed.
-    exp_regs: BTreeMap<BufId, Expr>,
+    /// Register buffers of this loop level holding an exp, or a product or quotient with an
+    /// exp factor, with their log taken through it: a log of them takes that rather than the
+    /// log of a value that may have underflowed.
+    log_regs: BTreeMap<BufId, Expr>,
     /// For each lowered loop, how the state it carries would merge across warps that split
     /// it: its running maxima and accumulators (`None`: some of it cannot be merged).
     loop_state: BTreeMap<IterId, Option<Vec<(BufId, MergeOp)>>>,
@@ -160,7 +161,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         partial_max_tile: BTreeMap::new(),
         max_source_of: BTreeMap::new(),
         stored_shift: BTreeMap::new(),
-        exp_regs: BTreeMap::new(),
+        log_regs: BTreeMap::new(),
         loop_state: BTreeMap::new(),
     };
     lowerer.declare_params();
@@ -429,7 +430,7 @@ impl Lowerer<'_> {
         let axis = inner.loops[0];
         // A loop reassigns running maxima, so an exponent recorded on one side of it is not
         // read on the other.
-        self.exp_regs.clear();
+        self.log_regs.clear();
         // Accumulators start at the identity of their reduction.
         for &r in &inner.accumulates {
             let tm = inner.tmaps.get(&r).ok_or(PlanError::MissingAccumulator(r))?;
@@ -455,7 +456,7 @@ impl Lowerer<'_> {
         // loop the enclosing level must see its own value again, not the last iteration's.
         let outer = self.values.clone();
         self.level(inner, &stab, &mut loop_body)?;
-        self.exp_regs.clear();
+        self.log_regs.clear();
         for (id, v) in outer {
             if !inner.accumulates.contains(&id) {
                 self.values.insert(id, v);

@@ -120,8 +120,8 @@ impl Lowerer<'_> {
         }
         let kind = if cols == 1 { BufKind::Rows } else { BufKind::Frag { cols, whole: false } };
         let b = self.buf(name, kind);
-        if let Some(x) = exponent(&expr) {
-            self.exp_regs.insert(b, x);
+        if let Some(l) = self.log_form(&expr) {
+            self.log_regs.insert(b, l);
         }
         body.push(Stmt::Assign { dst: b, expr });
         b
@@ -132,23 +132,28 @@ impl Lowerer<'_> {
     /// log-softmax far below its row's max). The rewrite holds at every sign: an exp is
     /// positive, so `log(p · q)` and `log(p) + log(q)` are NaN together.
     pub(super) fn log_of(&self, e: Expr) -> Expr {
-        if let Some(x) = exponent(&e).or_else(|| self.reg_exponent(&e)) {
-            return x;
-        }
-        let positive = |x: &Expr| exponent(x).is_some() || self.reg_exponent(x).is_some();
-        match e {
-            Expr::Binary(op @ (BinaryOp::Mul | BinaryOp::Div), p, q) if positive(&p) || positive(&q) => {
-                let sum = if op == BinaryOp::Mul { BinaryOp::Add } else { BinaryOp::Sub };
-                Expr::bin(sum, self.log_of(*p), self.log_of(*q))
-            }
-            e => Expr::Unary(UnaryOp::Log, Box::new(e)),
-        }
+        self.log_form(&e).unwrap_or_else(|| Expr::Unary(UnaryOp::Log, Box::new(e)))
     }
 
-    /// The exponent of a register this level assigned an exp to.
-    fn reg_exponent(&self, e: &Expr) -> Option<Expr> {
+    /// The log of `e` taken through its exp factors, when it has one: an exp's exponent, a
+    /// register this level assigned such a value to, or a product or quotient with such a
+    /// factor.
+    fn log_form(&self, e: &Expr) -> Option<Expr> {
+        if let Some(x) = exponent(e) {
+            return Some(x);
+        }
         match e {
-            Expr::Src(Src::Reg(b)) => self.exp_regs.get(b).cloned(),
+            Expr::Src(Src::Reg(b)) => self.log_regs.get(b).cloned(),
+            Expr::Binary(op @ (BinaryOp::Mul | BinaryOp::Div), p, q) => {
+                let (lp, lq) = (self.log_form(p), self.log_form(q));
+                if lp.is_none() && lq.is_none() {
+                    return None;
+                }
+                let log =
+                    |l: Option<Expr>, x: &Expr| l.unwrap_or_else(|| Expr::Unary(UnaryOp::Log, Box::new(x.clone())));
+                let sum = if *op == BinaryOp::Mul { BinaryOp::Add } else { BinaryOp::Sub };
+                Some(Expr::bin(sum, log(lp, p), log(lq, q)))
+            }
             _ => None,
         }
     }
@@ -322,7 +327,24 @@ impl Lowerer<'_> {
             (Some(d), Some(m)) if d != 0 => Some(Scale { m, degree: d }),
             _ => None,
         };
+        // `x - (log(l) + d·m)`, a log-softmax against a log-sum-exp whose running max left
+        // through its log: subtract the max first. Where it matters, at the row's max, `x`
+        // and `m` are equal and `x - m` is exact; rounding `log(l) + m` first would lose a
+        // small `log(l)` to the ulp of `m` (6e-5 at 1000).
+        if let (BinaryOp::Sub, Expr::Binary(BinaryOp::Add, l, max)) = (op, &b) {
+            if self.is_max_term(max) {
+                let shifted = Expr::bin(BinaryOp::Sub, a, max.as_ref().clone());
+                return Ok(Value::Reg { expr: Expr::bin(BinaryOp::Sub, shifted, l.as_ref().clone()), cols, scale });
+            }
+        }
         Ok(Value::Reg { expr: Expr::bin(op, a, b), cols, scale })
+    }
+
+    /// Whether `e` is `d · m` for a running or stored max `m`, the term a log adds back.
+    fn is_max_term(&self, e: &Expr) -> bool {
+        let Expr::Binary(BinaryOp::Mul, m, d) = e else { return false };
+        let (Expr::Src(Src::Reg(m)), Expr::Src(Src::Const(_))) = (m.as_ref(), d.as_ref()) else { return false };
+        self.max_source_of.contains_key(m) || self.stored_shift.values().any(|s| s == m)
     }
 
     fn matmul(
