@@ -4,9 +4,10 @@
 //!
 //! Two answers, both weighed against the one-kernel partition and the fallback by the ranking:
 //! - [`row_first`], a partition: a first kernel computes those row reductions and stores them
-//!   (a sum of exps scaled by its running max, next to that max); the second recomputes the
-//!   elementwise values it needs from the inputs rather than reading them back, with each exp
-//!   shifted by the max stored for it. It reads the row twice.
+//!   (a sum of exps scaled by its running max, next to that max; a kernel per level when one
+//!   reduction is computed from another); the last recomputes the elementwise values it needs
+//!   from the inputs rather than reading them back, with each exp shifted by the max stored
+//!   for it. It reads the row once per kernel.
 //! - [`split_rows`], a rewrite: the same reductions over chunks of the row (Split-K), so that
 //!   few rows still fill the GPU. Its split kernel stores each chunk's partials, and its
 //!   combine kernel merges them and computes the output against the merged max.
@@ -32,7 +33,8 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
     // A root's level: one more than the deepest root it is computed from.
     let mut level = vec![0u8; g.nodes.len()];
     for id in g.ids() {
-        let below = g.node(id).args.iter().map(|a| level[a.index()] + u8::from(is_root(*a))).max().unwrap_or(0);
+        let below =
+            g.node(id).args.iter().map(|a| level[a.index()].saturating_add(u8::from(is_root(*a)))).max().unwrap_or(0);
         level[id.index()] = below;
     }
     let levels = roots.iter().map(|r| level[r.index()]).max().unwrap_or(0);
