@@ -1243,3 +1243,81 @@ kernels:
         assert!(e < tolerance(&g, &b, exp_arg), "{e}");
     }
 }
+
+/// Whether a tile kernel stages some tile transposed, and whether it stores one so.
+fn transposed_tiles(k: &TileKernel) -> (bool, bool) {
+    let all = flatten(&k.body);
+    (
+        all.iter().any(|s| matches!(s, Stmt::Load { trans: true, .. })),
+        all.iter().any(|s| matches!(s, Stmt::Store { trans: true, .. })),
+    )
+}
+
+/// A one-kernel declaration whose dims `n` and `d` are dynamic.
+fn columns_kernel(dims: &str, inputs: &str, outputs: &str, body: &str) -> cleave_core::graph::ValidGraph {
+    common::graph(&format!(
+        "kernels:\n  - name: columns\n    dims: {{ {dims} }}\n    inputs: {{ {inputs} }}\n    \
+         outputs: {{ {outputs} }}\n    body: |\n      {body}\n"
+    ))
+}
+
+#[test]
+fn reductions_down_a_column_run_along_the_rows_of_transposed_tiles() {
+    // Written over the first axis, each reduction is computed transposed: its tiles arrive with
+    // the tensor's columns as the block's rows, its loop walks the column many rows a step, and
+    // each output is stored back in the declared order. As written, these ran on the fallback,
+    // or (the plain sum) walked the column one row per step.
+    let dynamic = "n: { value: 4096, dynamic: true }, d: { value: 1024, dynamic: true }";
+    let cases = [
+        // A column sum; a softmax-weighted average down the columns (one pass, with a running
+        // max per column); a softmax down the columns, output whole; a mean over a sequence.
+        (columns_kernel(dynamic, "x: \"f32[n, d]\"", "y: \"f32[1, d]\"", "y = sum(x, axis=0)"), 1.0),
+        (
+            columns_kernel(
+                dynamic,
+                "x: \"f32[n, d]\", v: \"f32[n, d]\"",
+                "y: \"f32[1, d]\"",
+                "y = sum(exp(x) * v, axis=0) / sum(exp(x), axis=0)",
+            ),
+            40.0,
+        ),
+        (columns_kernel(dynamic, "x: \"f32[n, d]\"", "y: \"f32[n, d]\"", "y = softmax(x, axis=0)"), 40.0),
+        (
+            columns_kernel(
+                "b: 3, n: { value: 512, dynamic: true }, d: { value: 768, dynamic: true }",
+                "h: \"f16[b, n, d]\"",
+                "y: \"f16[b, 1, d]\"",
+                "y = mean(h, axis=1)",
+            ),
+            1.0,
+        ),
+    ];
+    let targets = Targets::new(&Options::default().archs);
+    for (g, scale) in cases {
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let l = c.best();
+        let tiles: Vec<&TileKernel> = l.kernels.iter().map(|k| k.tile().expect("tile kernels only")).collect();
+        let (loads, stores) =
+            tiles.iter().map(|k| transposed_tiles(k)).fold((false, false), |a, b| (a.0 | b.0, a.1 | b.1));
+        assert!(loads && stores, "transposed loads {loads}, stores {stores}");
+        // The loop over the column takes many rows of it a step.
+        let walks =
+            tiles.iter().flat_map(|k| flatten(&k.body)).any(|s| matches!(s, Stmt::Loop { tile, .. } if *tile >= 64));
+        assert!(walks, "a loop over the column");
+        let fallback = cleave_core::pipeline::fallback_candidate(&g, &targets, "f").expect("the fallback");
+        assert!(fallback.seconds > 2.0 * c.ranked[0].candidate.seconds);
+        // Ragged extents in both axes (no tile divides them), fresh data, exponents far past
+        // f32's range where the case has exps.
+        for (n, d, seed) in [(301, 77, 5), (1, 33, 6), (1000, 5, 7)] {
+            let mut b = Bindings::of_table(&g.dims);
+            b.values[g.dims.find("n").expect("n").index()] = n;
+            b.values[g.dims.find("d").expect("d").index()] = d;
+            let (got, want) = interpreted(&g, l, &b, seed, scale);
+            let e = max_rel_err(&got[0].data, &want[0].data);
+            // The largest exp argument: the largest input, where the case has exps.
+            let x = &random_inputs(&g, &b, seed, &InputScale { default: scale, per_input: Vec::new() })[0];
+            let exp_arg = if scale > 1.0 { x.data.iter().fold(0.0f64, |m, v| m.max(v.abs())) } else { 0.0 };
+            assert!(e < tolerance(&g, &b, exp_arg), "{n}×{d}: {e}");
+        }
+    }
+}

@@ -330,6 +330,9 @@ const OFF_TABLE_BUDGET: u64 = 8;
 /// took 255 registers and spilled; unrolled by 4 it took 113, by 8 it took 202.
 const PAGE_LOOKUPS_IN_FLIGHT: u64 = 4;
 
+/// The trips of a transposed copy unrolled together (each copies one element per thread).
+const TRANSPOSED_COPIES_IN_FLIGHT: u64 = 4;
+
 struct Gen<'a> {
     k: &'a TileKernel,
     dims: &'a DimTable,
@@ -355,6 +358,8 @@ struct Gen<'a> {
     /// Inside the loop the column warps split ([`Warps::split`]): each warp's row values are
     /// its own partials until the merge, never exchanged.
     in_split: bool,
+    /// The shared tiles that arrive transposed.
+    transposed: Vec<BufId>,
 }
 
 /// Per-buffer swizzle facts.
@@ -829,7 +834,7 @@ impl Gen<'_> {
                 }
                 self.line("__syncthreads();  // the space may hold a tile other warps just read");
                 for s in &body[start..i] {
-                    if let Stmt::Load { dst, param, tmap } = s {
+                    if let Stmt::Load { dst, param, tmap, .. } = s {
                         self.load(*dst, *param, tmap, None);
                     }
                 }
@@ -896,9 +901,9 @@ impl Gen<'_> {
             }
             Stmt::RowReduce { dst, op, expr, cols, mask, acc } => self.row_reduce(*dst, *op, expr, *cols, mask, *acc),
             Stmt::Mma { .. } => unreachable!("products are grouped by stmts()"),
-            Stmt::Store { param, expr, cols, tmap, staging } => match staging {
+            Stmt::Store { param, expr, cols, tmap, staging, trans } => match staging {
                 Some(st) => self.staged_store(*param, expr, *cols, tmap, *st),
-                None => self.store(*param, expr, *cols, tmap),
+                None => self.store(*param, expr, *cols, tmap, *trans),
             },
             Stmt::Loop { iter, dim, tile, body } => self.pipelined_loop(*iter, *dim, *tile, body),
             Stmt::Stage { src, dst } => self.stage(*src, *dst),
@@ -1556,6 +1561,25 @@ impl Gen<'_> {
         self.line(&format!("// {} = Load({})", buf.name, p.name));
         self.line("{");
         self.depth += 1;
+        if self.transposed.contains(&dst) {
+            // The tile's rows are the tensor's last axis: consecutive threads take consecutive
+            // rows, so that a warp reads a contiguous run of the tensor.
+            let (tile_base, local, row_ok, col_ok) = self.address_parts(&p, tm, "c", "r");
+            // Unrolled whole, every trip's address and predicate stay live at once (ptxas gave
+            // a softmax down a column's copy of 16 × 128 floats 174 registers).
+            self.strided_unrolled(
+                "ei",
+                rows * cols,
+                u64::from(self.k.warps.threads()),
+                Some(TRANSPOSED_COPIES_IN_FLIGHT),
+            );
+            self.line(&format!("const int r = ei % {rows}, c = ei / {rows};"));
+            self.line(&format!("const bool ok = {row_ok} && {col_ok};"));
+            self.line(&copy_element(&base, &g, dtype, &format!("p{}", param.0), &format!("{tile_base} + {local}")));
+            self.close();
+            self.close();
+            return;
+        }
         // 16-byte copies need the tile's rows and the tensor's rows to be whole chunks.
         let epc = 16 / dtype.size();
         let vector = copies_whole_chunks(&p, tm, self.dims);
@@ -1786,10 +1810,12 @@ impl Gen<'_> {
         self.close();
     }
 
-    fn store(&mut self, param: ParamId, expr: &Expr, cols: u64, tm: &TMap) {
+    fn store(&mut self, param: ParamId, expr: &Expr, cols: u64, tm: &TMap, trans: bool) {
         let p = self.k.params[param.0 as usize].clone();
         self.line(&format!("// Store({})", p.name));
-        let (idx, row_ok, col_ok) = self.address(&p, tm, "row", "col");
+        // A transposed store writes the block's element (row, col) to the tile's (col, row).
+        let (idx, row_ok, col_ok) =
+            if trans { self.address(&p, tm, "col", "row") } else { self.address(&p, tm, "row", "col") };
         let ok = format!("{row_ok} && {col_ok}");
         self.open_rows();
         if cols == 1 {
@@ -1865,7 +1891,7 @@ impl Gen<'_> {
         let loads: Vec<(BufId, ParamId, TMap)> = body
             .iter()
             .filter_map(|s| match s {
-                Stmt::Load { dst, param, tmap } => Some((*dst, *param, tmap.clone())),
+                Stmt::Load { dst, param, tmap, .. } => Some((*dst, *param, tmap.clone())),
                 _ => None,
             })
             .collect();
@@ -2157,6 +2183,7 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         col_ext: 1,
         full_masks: Vec::new(),
         in_split: false,
+        transposed: k.transposed_loads(),
     };
     let threads = k.warps.threads();
     let mut params: Vec<String> = k

@@ -148,6 +148,41 @@ impl Py<'_> {
         s.join(", ")
     }
 
+    /// The element `[i, j]` of a transposed tile of `tensor` (its row `i` is the tensor's last
+    /// axis), zero outside the tile's limits.
+    fn transposed_read(&self, tensor: &str, tm: &TMap) -> String {
+        let (at, ok) = self.transposed_element(tm);
+        let read = format!("{tensor}[{at}]");
+        if ok.is_empty() {
+            read
+        } else {
+            format!("T.if_then_else({ok}, {read}, 0)")
+        }
+    }
+
+    /// The index of element `[i, j]` of a transposed tile `tm` (its row `i` is the tensor's
+    /// last axis, its column `j` the one before) and the condition that it lies inside the
+    /// tile's limits (empty: always).
+    fn transposed_element(&self, tm: &TMap) -> (String, String) {
+        let r = tm.axes.len();
+        let mut idx = Vec::new();
+        let mut ok = Vec::new();
+        for (a, ax) in tm.axes.iter().enumerate() {
+            let local = if a + 1 == r {
+                "i"
+            } else if a + 2 == r {
+                "j"
+            } else {
+                "0"
+            };
+            idx.push(format!("{} + {local}", self.affine(&ax.offset)));
+            if !ax.limits.is_empty() {
+                ok.push(self.limits(&ax.limits, local));
+            }
+        }
+        (idx.join(", "), ok.join(" and "))
+    }
+
     fn name(&self, b: BufId) -> String {
         self.k.buf(b).name.clone()
     }
@@ -281,9 +316,16 @@ impl Py<'_> {
     fn stmt(&mut self, s: &Stmt) {
         let rows = self.k.rows;
         match s {
-            Stmt::Load { dst, param, tmap } => {
+            Stmt::Load { dst, param, tmap, trans: false } => {
                 let p = &self.k.params[param.0 as usize].name;
                 self.line(&format!("T.copy({}[{}], {})", ident(p), self.slices(tmap), self.name(*dst)));
+            }
+            Stmt::Load { dst, param, tmap, trans: true } => {
+                // Element by element: the shared tile's rows run along the tensor's last axis.
+                let p = &self.k.params[param.0 as usize].name;
+                let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.buf(*dst).kind else { unreachable!() };
+                self.line(&format!("for i, j in T.Parallel({tr}, {tc}):"));
+                self.line(&format!("    {}[i, j] = {}", self.name(*dst), self.transposed_read(&ident(p), tmap)));
             }
             Stmt::Assign { dst, expr } => {
                 let v = self.expr(expr);
@@ -336,10 +378,22 @@ impl Py<'_> {
                     if *accumulate { "False" } else { "True" }
                 ));
             }
-            Stmt::Store { param, expr, cols, tmap, .. } => {
+            Stmt::Store { param, expr, cols, tmap, trans: false, .. } => {
                 let src = self.materialize(expr, *cols);
                 let p = ident(&self.k.params[param.0 as usize].name);
                 self.line(&format!("T.copy({src}, {p}[{}])", self.slices(tmap)));
+            }
+            Stmt::Store { param, expr, cols, tmap, trans: true, .. } => {
+                let src = self.materialize(expr, *cols);
+                let p = ident(&self.k.params[param.0 as usize].name);
+                let (at, ok) = self.transposed_element(tmap);
+                self.line(&format!("for i, j in T.Parallel({rows}, {cols}):"));
+                if ok.is_empty() {
+                    self.line(&format!("    {p}[{at}] = {src}[i, j]"));
+                } else {
+                    self.line(&format!("    if {ok}:"));
+                    self.line(&format!("        {p}[{at}] = {src}[i, j]"));
+                }
             }
             Stmt::Loop { iter, dim, tile, body } => {
                 let n = self.names.name(*iter);

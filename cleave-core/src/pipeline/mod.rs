@@ -13,6 +13,7 @@ pub use rank::{candidates, fallback_candidate, seconds_at, Candidate, KernelSche
 
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimVar, ValidGraph};
+use crate::plan::columns::transpose_columns;
 use crate::plan::rows::split_rows;
 use crate::plan::{Launch, PartitionError};
 use crate::reference::rounding_unit;
@@ -275,6 +276,12 @@ fn rank(
             }
         }
     }
+    // A graph that reduces down a column is also tried computed transposed, so that the
+    // column is a row of the block (`columns`); the search, which only ever removes
+    // transposes, does not find that form.
+    let transposed: Vec<_> =
+        jobs.iter().filter_map(|(gi, s, g)| Some((*gi, s.clone(), transpose_columns(g)?))).collect();
+    jobs.extend(transposed);
     // A graph whose outputs span rows they also reduce is also tried with those reductions
     // split along the row, which the search's size bound keeps it from finding itself.
     let row_splits: Vec<_> = jobs

@@ -306,7 +306,7 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
         let shares_a = this.is_some() && this == prev;
         prev = this;
         match s {
-            Stmt::Load { param, tmap, .. } => {
+            Stmt::Load { param, tmap, trans, .. } => {
                 let p = &k.params[param.0 as usize];
                 let load = times * tmap.elements() * p.dtype.size();
                 t.bytes += load;
@@ -323,8 +323,9 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                         t.alike[i] += load;
                     }
                 }
-                // A tile that cannot be copied 16 bytes at a time is copied element by element.
-                let per_copy = if copies_whole_chunks(p, tmap, dims) { 1 } else { 16 / p.dtype.size() };
+                // A tile that cannot be copied 16 bytes at a time (or arrives transposed) is
+                // copied element by element.
+                let per_copy = if !trans && copies_whole_chunks(p, tmap, dims) { 1 } else { 16 / p.dtype.size() };
                 t.copied += times * tmap.elements() * p.dtype.size() * per_copy;
                 // The copy lands in shared memory.
                 t.smem += times * tmap.elements() * p.dtype.size();

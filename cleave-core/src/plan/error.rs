@@ -60,6 +60,10 @@ pub enum PlanError {
     /// A transpose of a value computed in registers.
     #[error("a transpose of a computed value")]
     TransposeOfComputed,
+    /// An output stored transposed whose tile spans more than one index of an axis before its
+    /// last two: the block's rows would be several of its columns, one per index.
+    #[error("a transposed store over several indices of a leading axis")]
+    TransposedStoreLeadingAxis,
     /// A split of a value computed in registers.
     #[error("a split of a computed value")]
     SplitOfComputed,

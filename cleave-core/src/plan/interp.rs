@@ -132,7 +132,12 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
         } else {
             (0..k.rows)
                 .filter(|r| {
-                    stores.iter().any(|(p, tm)| b.address(tm, &globals[&k.params[*p].binding].0, *r, 0).is_some())
+                    stores.iter().any(|(p, tm, trans)| {
+                        let shape = &globals[&k.params[*p].binding].0;
+                        // A transposed store writes the block's row `r` to the tile's column `r`.
+                        let at = if *trans { b.address(tm, shape, 0, *r) } else { b.address(tm, shape, *r, 0) };
+                        at.is_some()
+                    })
                 })
                 .map(|r| r as usize)
                 .collect()
@@ -149,10 +154,10 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
 }
 
 /// Every store of a body, loops included.
-fn all_stores<'a>(body: &'a [Stmt], out: &mut Vec<(usize, &'a TMap)>) {
+fn all_stores<'a>(body: &'a [Stmt], out: &mut Vec<(usize, &'a TMap, bool)>) {
     for s in body {
         match s {
-            Stmt::Store { param, tmap, .. } => out.push((param.0 as usize, tmap)),
+            Stmt::Store { param, tmap, trans, .. } => out.push((param.0 as usize, tmap, *trans)),
             Stmt::Loop { body, .. } => all_stores(body, out),
             _ => {}
         }
@@ -308,16 +313,25 @@ impl Block<'_> {
         let rows = self.k.rows;
         for s in body {
             match s {
-                Stmt::Load { dst, param, tmap } => {
+                Stmt::Load { dst, param, tmap, trans } => {
                     let p: &Param = &self.k.params[param.0 as usize];
                     let (shape, data) = &globals[&p.binding];
                     let b = dst.0 as usize;
                     let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.bufs[b].kind else { unreachable!() };
                     let mut tile = vec![0.0f32; (tr * tc) as usize];
-                    for r in 0..tr {
+                    // A transposed tile's rows are the tensor tile's columns: tensor row `r` of
+                    // the tile lands in column `r`.
+                    let tensor_rows = if *trans { tc } else { tr };
+                    for r in 0..tensor_rows {
                         if let Some((base, valid)) = self.row_address(tmap, shape, r) {
                             let v = valid as usize;
-                            tile[(r * tc) as usize..(r * tc) as usize + v].copy_from_slice(&data[base..base + v]);
+                            if *trans {
+                                for (c, x) in data[base..base + v].iter().enumerate() {
+                                    tile[c * tc as usize + r as usize] = *x;
+                                }
+                            } else {
+                                tile[(r * tc) as usize..(r * tc) as usize + v].copy_from_slice(&data[base..base + v]);
+                            }
                         }
                     }
                     self.regs[b] = tile;
@@ -427,7 +441,7 @@ impl Block<'_> {
                     }
                     self.regs[d] = tile;
                 }
-                Stmt::Store { param, expr, cols, tmap, .. } => {
+                Stmt::Store { param, expr, cols, tmap, trans, .. } => {
                     let p = self.k.params[param.0 as usize].clone();
                     let mut writes = Vec::new();
                     {
@@ -435,7 +449,12 @@ impl Block<'_> {
                         for &r in &self.live {
                             let r = r as u64;
                             for c in 0..*cols {
-                                if let Some(i) = self.address(tmap, shape, r, c) {
+                                let at = if *trans {
+                                    self.address(tmap, shape, c, r)
+                                } else {
+                                    self.address(tmap, shape, r, c)
+                                };
+                                if let Some(i) = at {
                                     writes.push((i, round(p.dtype, self.eval(expr, r, c))));
                                 }
                             }

@@ -3,7 +3,8 @@
 //! become a [`Launch`].
 //!
 //! ```text
-//! graph ─► partition (split kernel + combine kernel, workspaces), or rows::row_first
+//! graph (or its rewrites: columns::transpose_columns, rows::split_rows)
+//!   ─► partition (split kernel + combine kernel, workspaces), or rows::row_first
 //! kernel graph + itGraph + io ─► lower ─► Planned { TileKernel, .. } ─► cost
 //! Planned per kernel ─► assemble ─► Launch
 //! ```
@@ -11,6 +12,7 @@
 //! The tile program ([`program`]) is the IR every backend reads: the interpreter ([`interp`])
 //! and the code generators.
 
+pub mod columns;
 pub mod cost;
 pub mod error;
 pub mod interp;

@@ -264,6 +264,11 @@ pub enum Stmt {
         param: ParamId,
         /// The slice.
         tmap: TMap,
+        /// The tile arrives transposed: shared memory holds it with the tensor's last two axes
+        /// swapped, so that elementwise code reads a transposed view (a reduction over a
+        /// column, seen as one over a row) in the block's layout like any other tile. Only a
+        /// tile whose leading axes are single indices; copied element by element.
+        trans: bool,
     },
     /// `dst = expr` elementwise over `dst`'s layout.
     Assign {
@@ -316,6 +321,10 @@ pub enum Stmt {
         /// memory is written in whole 16-byte chunks, row by row; `None` stores each thread's
         /// elements directly. The result is the same either way.
         staging: Option<BufId>,
+        /// The block tile is the transpose of the tensor tile: block element `(r, c)` goes to
+        /// tile element `(c, r)` (an output computed as the transpose of what it declares,
+        /// whose reduction ran along the block's rows). Stored element by element, unstaged.
+        trans: bool,
     },
     /// Copies a register tile (a product's left operand, computed in registers) into a shared
     /// tile in the product's input type, so that every warp can read all of its columns:
@@ -588,6 +597,22 @@ impl TileKernel {
         &self.bufs[b.0 as usize]
     }
 
+    /// The shared tiles whose loads arrive transposed ([`Stmt::Load`]'s `trans`).
+    pub fn transposed_loads(&self) -> Vec<BufId> {
+        fn walk(body: &[Stmt], out: &mut Vec<BufId>) {
+            for s in body {
+                match s {
+                    Stmt::Load { dst, trans: true, .. } => out.push(*dst),
+                    Stmt::Loop { body, .. } => walk(body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out
+    }
+
     /// The pipeline depth of a loop with this body: the stages of the tiles it loads (all
     /// alike), 2 for a loop that loads nothing.
     pub fn loop_stages(&self, body: &[Stmt]) -> u32 {
@@ -691,8 +716,9 @@ impl ShowKernel<'_> {
 
     fn stmt(&self, s: &Stmt, depth: usize, out: &mut Vec<(usize, String)>) {
         match s {
-            Stmt::Load { dst, param, tmap } => {
-                out.push((depth, format!("{} = Load({})", self.name(*dst), self.slice(*param, tmap))));
+            Stmt::Load { dst, param, tmap, trans } => {
+                let f = if *trans { "LoadT" } else { "Load" };
+                out.push((depth, format!("{} = {f}({})", self.name(*dst), self.slice(*param, tmap))));
             }
             Stmt::Assign { dst, expr } => {
                 out.push((depth, format!("{} = {}", self.name(*dst), strip(&self.expr(expr)))));
@@ -719,8 +745,9 @@ impl ShowKernel<'_> {
                 let op = if *accumulate { "+=" } else { "=" };
                 out.push((depth, format!("{} {op} MMA({a}, {b})", self.name(*acc))));
             }
-            Stmt::Store { param, expr, tmap, .. } => {
-                out.push((depth, format!("Store({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap))));
+            Stmt::Store { param, expr, tmap, trans, .. } => {
+                let f = if *trans { "StoreT" } else { "Store" };
+                out.push((depth, format!("{f}({}, {})", strip(&self.expr(expr)), self.slice(*param, tmap))));
             }
             Stmt::Stage { src, dst } => {
                 out.push((depth, format!("{} = Stage({})", self.name(*dst), self.name(*src))));

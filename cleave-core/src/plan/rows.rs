@@ -7,13 +7,16 @@
 //!   (a sum of exps scaled by its running max, next to that max; a kernel per level when one
 //!   reduction is computed from another); the last recomputes the elementwise values it needs
 //!   from the inputs rather than reading them back, with each exp shifted by the max stored
-//!   for it. It reads the row once per kernel.
+//!   for it. It reads the row once per kernel. The same partition serves a statistic computed
+//!   from another along the same row (a variance from its mean), whose output does not span
+//!   the row: the inner one is stored first.
 //! - [`split_rows`], a rewrite: the same reductions over chunks of the row (Split-K), so that
 //!   few rows still fill the GPU. Its split kernel stores each chunk's partials, and its
 //!   combine kernel merges them and computes the output against the merged max.
 
 use super::partition::{computed_right_operands, extract, Part, Partition, PartitionError, Workspace, WorkspaceType};
-use crate::graph::{validate, Dim, DimVar, Graph, NodeId, Op, ReduceOp, ValidGraph};
+use crate::graph::{validate, Dim, DimVar, Graph, NodeId, Op, ReduceOp, UnaryOp, ValidGraph};
+use crate::schedule::build::transposed_output;
 
 /// The row-first partition of a graph, when it has one: the row reductions that an output
 /// reads back across the row they reduce ([`row_reductions`]) are computed
@@ -25,7 +28,13 @@ use crate::graph::{validate, Dim, DimVar, Graph, NodeId, Op, ReduceOp, ValidGrap
 /// first).
 pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
     let live = g.live();
-    let roots = row_reductions(g, &live);
+    let mut roots = row_reductions(g, &live);
+    for r in statistics_of_statistics(g, &live) {
+        if !roots.contains(&r) {
+            roots.push(r);
+        }
+    }
+    roots.sort();
     if roots.is_empty() || g.has_split() || computed_right_operands(g, &live).iter().any(|&p| p) {
         return None;
     }
@@ -60,6 +69,10 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
     for id in g.ids() {
         if g.node(id).op.is_leaf() {
             part[id.index()] = Part::Leaf;
+        } else if transposed_output(g, id) && is_root(g.node(id).args[0]) {
+            // An output that is a root transposed is stored, transposed, by the root's kernel:
+            // the block holds the root in its own orientation only there.
+            part[id.index()] = part[g.node(id).args[0].index()];
         } else if live[id.index()] && part[id.index()] == Part::Unused {
             part[id.index()] = Part::Split;
         }
@@ -145,11 +158,58 @@ pub(crate) fn row_reductions(g: &Graph, live: &[bool]) -> Vec<NodeId> {
                 reached[id.index()] = true;
             }
         }
-        if g.outputs.iter().any(|o| reached[o.node.index()] && g.shape(o.node).last() == Some(&row)) {
+        // An output stored transposed spans the rows of the value it transposes.
+        let spans = |o: NodeId| {
+            let v = if transposed_output(g, o) { g.node(o).args[0] } else { o };
+            reached[v.index()] && g.shape(v).last() == Some(&row)
+        };
+        if g.outputs.iter().any(|o| spans(o.node)) {
             roots.push(r);
         }
     }
     roots
+}
+
+/// The live reductions along a last axis that another reduction along the same axis reads
+/// through elementwise ops without exps or logs: a variance's mean, `mean((x - m)^2)` with
+/// `m = mean(x)`. The variance's loop needs the mean whole, so one kernel cannot compute both
+/// from one pass over the row. (A reduction whose cone has an exp or a log, an entropy's
+/// `sum(p · log p)`, is left to one kernel: its error there stays within the tolerance the
+/// stored-max form exceeds.)
+fn statistics_of_statistics(g: &Graph, live: &[bool]) -> Vec<NodeId> {
+    let row_of = |r: NodeId| match g.node(r).op {
+        Op::Reduce(_, axis) if axis as usize + 1 == g.shape(g.node(r).args[0]).len() => {
+            match g.shape(g.node(r).args[0]).last() {
+                Some(&v @ Dim::Var(_)) => Some(v),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let mut found = Vec::new();
+    for outer in g.ids().filter(|id| live[id.index()]) {
+        let Some(row) = row_of(outer) else { continue };
+        let mut inner = Vec::new();
+        let mut stack = g.node(outer).args.clone();
+        let mut seen = vec![false; g.nodes.len()];
+        let mut plain = true;
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut seen[x.index()], true) {
+                continue;
+            }
+            let n = g.node(x);
+            match n.op {
+                Op::Reduce(..) if row_of(x) == Some(row) => inner.push(x),
+                Op::Unary(UnaryOp::Exp | UnaryOp::Log) => plain = false,
+                Op::Unary(_) | Op::Binary(_) => stack.extend(n.args.iter().copied()),
+                _ => {}
+            }
+        }
+        if plain {
+            found.extend(inner.into_iter().filter(|r| !found.contains(r)).collect::<Vec<_>>());
+        }
+    }
+    found
 }
 
 /// A row split: the rewritten graph and its split count.
@@ -358,6 +418,36 @@ mod tests {
         assert_eq!(p.kernels[0].outputs, [Binding::Workspace(0), Binding::Output(1)]);
     }
 
+    #[test]
+    fn a_statistic_of_a_statistic_gets_a_kernel_per_level_and_an_entropy_does_not() {
+        // The variance's loop needs the mean whole: the mean's kernel stores it (as the output
+        // it also is, and as the workspace the variance's kernel reads).
+        let g = rows_graph(
+            "m = mean(x, axis=-1)\n      v = mean(square(x - m), axis=-1)",
+            "{ m: \"f32[s, 1]\", v: \"f32[s, 1]\" }",
+        );
+        let p = row_first(&g).expect("offered").expect("partitions");
+        assert_eq!(p.kernels.len(), 2);
+        assert_eq!(p.kernels[0].outputs, [Binding::Workspace(0), Binding::Output(0)]);
+        assert_eq!(
+            (&p.kernels[1].inputs[..], &p.kernels[1].outputs[..]),
+            (&[Binding::Input(0), Binding::Workspace(0)][..], &[Binding::Output(1)][..])
+        );
+        // Down a column, computed transposed: the mean's kernel stores its output transposed.
+        let cols = declared(
+            "{ n: 300, d: 40 }",
+            "{ x: \"f32[n, d]\" }",
+            "{ m: \"f32[1, d]\", v: \"f32[1, d]\" }",
+            "m = mean(x, axis=0)\n      v = mean(square(x - m), axis=0)",
+        );
+        let t = crate::plan::columns::transpose_columns(&cols).expect("a column reduction");
+        let p = row_first(&t).expect("offered").expect("partitions");
+        assert_eq!(p.kernels[0].outputs, [Binding::Workspace(0), Binding::Output(0)]);
+        // An entropy reads its row's max and sum through an exp and a log: not this rule's.
+        let e = rows_graph("p = softmax(x, axis=-1)\n      h = -sum(p * log(p), axis=-1)", "{ h: \"f32[s, 1]\" }");
+        assert!(row_first(&e).is_none());
+    }
+
     /// A declaration of `body` over the given dims and inputs.
     fn declared(dims: &str, inputs: &str, outputs: &str, body: &str) -> ValidGraph {
         let text = format!(
@@ -400,7 +490,7 @@ mod tests {
         let merge = ops.iter().position(|op| *op == Op::Reduce(ReduceOp::Sum, 0)).expect("the merge");
         assert_eq!(ops[merge - 1], Op::Reduce(ReduceOp::Sum, 2), "chunk sums along the row: {ops:?}");
         assert!(matches!(ops[0], Op::Split(1)), "{ops:?}");
-        assert!(ops[merge + 1..].contains(&Op::Unary(crate::graph::UnaryOp::Exp)), "the numerator after it");
+        assert!(ops[merge + 1..].contains(&Op::Unary(UnaryOp::Exp)), "the numerator after it");
         // Exact in the reference (which takes even chunks only; the interpreter's tests
         // cover the ragged last chunk), at one row too.
         for at in [[("b", 5), ("v", 1000)], [("b", 1), ("v", 64)]] {
@@ -442,7 +532,7 @@ mod tests {
         );
         let sg = split_rows(&g, 8).expect("applies").graph;
         let p = crate::plan::partition(&sg).expect("partitions");
-        let exp = crate::graph::UnaryOp::Exp;
+        let exp = UnaryOp::Exp;
         let unsplit = sg.ids().filter(|id| sg.node(*id).op == Op::Unary(exp)).last().expect("the numerator");
         assert_eq!(p.part[unsplit.index()], Part::Combine);
         assert_eq!(p.workspaces.len(), 1, "only the chunks' partial sums are stored");
@@ -491,8 +581,7 @@ mod tests {
         );
         let sg = split_rows(&g, 4).expect("applies").graph;
         let same = same_elements(&sg);
-        let exps: Vec<NodeId> =
-            sg.ids().filter(|id| sg.node(*id).op == Op::Unary(crate::graph::UnaryOp::Exp)).collect();
+        let exps: Vec<NodeId> = sg.ids().filter(|id| sg.node(*id).op == Op::Unary(UnaryOp::Exp)).collect();
         assert_eq!(exps.len(), 2, "the chunks' exp and the row's");
         assert_eq!(same[exps[0].index()], same[exps[1].index()]);
         let x = sg.ids().find(|id| sg.node(*id).op == Op::Input(0)).expect("x");

@@ -331,6 +331,14 @@ fn wrap_reductions(g: &Graph, cfg: &TileConfig, level: &mut ItGraph, iters: &mut
     }
 }
 
+/// Whether `id` is an output that is the transpose of a value the kernel computes: the block
+/// holds that value (it is the primary output's stand-in, see
+/// [`primary_output`](super::config::primary_output)), and the store transposes it.
+pub fn transposed_output(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    n.op == Op::Transpose && g.outputs.iter().any(|o| o.node == id) && !is_leaf_view(g, n.args[0])
+}
+
 /// True for a leaf, or a split or transpose of one: nodes that are only addressing into a
 /// buffer, so every loop level can load its own tile of them.
 fn is_leaf_view(g: &Graph, id: NodeId) -> bool {

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::build::transposed_output;
 use super::tmap::reduced_dim;
 use crate::graph::{Dim, DimKind, DimVar, Graph, NodeId, Op};
 
@@ -35,7 +36,9 @@ fn round16(x: u64) -> u64 {
     x.div_ceil(16) * 16
 }
 
-/// The output whose tile defines the block: the one of highest rank, then the first.
+/// The node whose tile defines the block: the output of highest rank, then the first; for
+/// an output that transposes a computed value, that value (the block computes it in its own
+/// orientation, and the store transposes it).
 pub fn primary_output(g: &Graph) -> NodeId {
     let mut best = &g.outputs[0];
     for o in &g.outputs[1..] {
@@ -43,7 +46,11 @@ pub fn primary_output(g: &Graph) -> NodeId {
             best = o;
         }
     }
-    best.node
+    if transposed_output(g, best.node) {
+        g.node(best.node).args[0]
+    } else {
+        best.node
+    }
 }
 
 /// Every configuration of a kernel graph, in a fixed order.

@@ -35,6 +35,7 @@ use super::error::PlanError;
 use super::program::{Binding, Buf, BufId, BufKind, Expr, GridAxis, MergeOp, Param, ParamId, Src, Stmt, TileKernel};
 use crate::graph::{BinaryOp, DType, Dim, DimVar, Graph, Layout, NodeId, Op, ReduceOp, StoreAxis};
 use crate::index::{AxisRange, IterId, TMap};
+use crate::schedule::build::transposed_output;
 use crate::schedule::config::{primary_output, TileConfig};
 use crate::schedule::itgraph::{ItGraph, ItNode, LoopKind};
 
@@ -311,9 +312,17 @@ impl Lowerer<'_> {
         let g = self.g;
         let mut scaled_outputs = Vec::new();
         for (o, out) in g.outputs.iter().enumerate() {
-            let tmap = it.tmaps.get(&out.node).cloned().ok_or(PlanError::OutputWithoutTile(out.node))?;
-            let val = self.values.get(&out.node).cloned().ok_or(PlanError::OutputNotComputed(out.node))?;
+            // An output that transposes a computed value stores that value's block transposed.
+            let trans = transposed_output(g, out.node);
+            let node = if trans { g.node(out.node).args[0] } else { out.node };
+            let tmap = it.tmaps.get(&node).cloned().ok_or(PlanError::OutputWithoutTile(node))?;
+            let val = self.values.get(&node).cloned().ok_or(PlanError::OutputNotComputed(node))?;
             let (expr, cols, scale) = self.as_reg(&val, &tmap)?;
+            let tmap = if trans {
+                it.tmaps.get(&out.node).cloned().ok_or(PlanError::OutputWithoutTile(out.node))?
+            } else {
+                tmap
+            };
             let expr = match (scale, self.io.outputs[o]) {
                 (Some(s), Binding::Workspace(_)) if s.degree == 1 && self.io.max_output.is_some() => {
                     match self.stored_max {
@@ -335,8 +344,13 @@ impl Lowerer<'_> {
                     return Err(PlanError::OutputLeadingAxis);
                 }
             }
-            let staging = self.staging(param, cols, &tmap);
-            body.push(Stmt::Store { param, expr, cols, tmap, staging });
+            // The block's rows must be the tensor's last axis alone.
+            let r = tmap.axes.len();
+            if trans && (r < 2 || tmap.axes[..r - 2].iter().any(|a| a.extent != 1)) {
+                return Err(PlanError::TransposedStoreLeadingAxis);
+            }
+            let staging = if trans { None } else { self.staging(param, cols, &tmap) };
+            body.push(Stmt::Store { param, expr, cols, tmap, staging, trans });
         }
         let mut max_shape = None;
         if let (Some(m), Some(mb)) = (self.stored_max, self.io.max_output) {
@@ -349,7 +363,7 @@ impl Lowerer<'_> {
                 *last = Dim::One;
             }
             let param = self.param(mb, "partial_max", DType::F32, &shape, true);
-            body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap, staging: None });
+            body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap, staging: None, trans: false });
             max_shape = Some(shape);
         }
         Ok((scaled_outputs, max_shape))

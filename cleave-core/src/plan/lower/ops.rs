@@ -8,6 +8,7 @@ use crate::graph::{BinaryOp, DType, Dim, DimKind, Mask, NodeId, Op, ReduceOp, Un
 use crate::index::{Affine, AxisRange, TMap};
 use crate::plan::error::PlanError;
 use crate::plan::program::{Binding, BufId, BufKind, Coord, Expr, MaskAt, MmaA, MmaB, Src, Stmt};
+use crate::schedule::build::transposed_output;
 use crate::schedule::itgraph::ItGraph;
 
 /// How a staged tile's non-last axes relate to the block's rows.
@@ -97,6 +98,25 @@ impl Lowerer<'_> {
         }
     }
 
+    /// Whether input node `id` (input `i`, tile `tm`) is staged transposed: every use of it
+    /// is a transpose, and the kernel has no product, whose operands the tensor cores read
+    /// transposed from an untransposed tile anyway. The transposed tile is what lets a
+    /// reduction over a column run as a row reduction. Its leading axes must be single
+    /// indices (a batch position), so that its rows are the tensor's last axis alone; an
+    /// input a previous kernel stored scaled or with a paged layout keeps the plain copy.
+    fn loads_transposed(&self, id: NodeId, i: usize, tm: &TMap) -> bool {
+        let users = &self.users[id.0 as usize];
+        let r = tm.axes.len();
+        !users.is_empty()
+            && users.iter().all(|u| self.g.node(*u).op == Op::Transpose)
+            && !self.g.ids().any(|n| self.g.node(n).op == Op::MatMul)
+            && r >= 2
+            && tm.axes[..r - 2].iter().all(|a| a.extent == 1)
+            && !self.io.scaled_inputs.contains_key(&i)
+            && matches!(self.io.inputs[i], Binding::Input(_) | Binding::Workspace(_))
+            && self.g.inputs[i].decl.layout.is_none()
+    }
+
     /// Rescales a value to its true magnitude.
     pub(super) fn normalize(&self, e: Expr, s: Option<Scale>) -> Expr {
         match s {
@@ -178,12 +198,13 @@ impl Lowerer<'_> {
                 Value::Reg { expr: Expr::Src(Src::Scalar(param)), cols: 1, scale: None }
             }
             Op::Input(i) => {
-                let (rows, cols) = tile_2d(&tm);
+                let trans = self.loads_transposed(id, i as usize, &tm);
+                let (rows, cols) = if trans { (cols, tile_2d(&tm).0) } else { tile_2d(&tm) };
                 let dtype = self.g.inputs[i as usize].decl.dtype;
                 let b = self.buf(self.name_of(id), BufKind::Smem { dtype, rows, cols });
                 let param = self.param_of[&self.io.inputs[i as usize]];
-                body.push(Stmt::Load { dst: b, param, tmap: tm.clone() });
-                let tile = Value::Tile { buf: b, tmap: tm.clone(), trans: false };
+                body.push(Stmt::Load { dst: b, param, tmap: tm.clone(), trans });
+                let tile = Value::Tile { buf: b, tmap: tm.clone(), trans };
                 if let Some(mb) = self.io.scaled_inputs.get(&(i as usize)).copied() {
                     self.scaled_input(id, &tile, &tm, mb, stab, body)?
                 } else {
@@ -197,6 +218,9 @@ impl Lowerer<'_> {
                     tmap.axes.swap(r - 1, r - 2);
                     Value::Tile { buf, tmap, trans: !trans }
                 }
+                // An output computed transposed: its store writes the operand's block
+                // transposed (see `stores`), and nothing reads it here.
+                _ if self.users[id.index()].is_empty() && transposed_output(self.g, id) => return Ok(()),
                 _ => return Err(PlanError::TransposeOfComputed),
             },
             Op::Split(_) => match self.value(n.args[0])? {

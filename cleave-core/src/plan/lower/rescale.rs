@@ -121,7 +121,7 @@ impl Lowerer<'_> {
                     BufKind::Smem { dtype: DType::F32, rows: tile_2d(&mtm).0, cols: 1 },
                 );
                 let param = self.param_of[&max_binding];
-                body.push(Stmt::Load { dst: mbuf, param, tmap: mtm });
+                body.push(Stmt::Load { dst: mbuf, param, tmap: mtm, trans: false });
                 self.partial_max_tile.insert(id, mbuf);
                 (self.update_max(id, Expr::Src(Src::Tile(mbuf)), st, body), mbuf)
             }
@@ -163,7 +163,7 @@ impl Lowerer<'_> {
             format!("ws{}_max", self.stored_shift.len()),
             BufKind::Smem { dtype: DType::F32, rows: tile_2d(&mtm).0, cols: 1 },
         );
-        body.push(Stmt::Load { dst: tile, param, tmap: mtm });
+        body.push(Stmt::Load { dst: tile, param, tmap: mtm, trans: false });
         let m = self.buf(format!("ws{}_m", self.stored_shift.len()), BufKind::Rows);
         body.push(Stmt::Assign { dst: m, expr: Expr::Src(Src::Tile(tile)) });
         self.stored_shift.insert(binding, m);

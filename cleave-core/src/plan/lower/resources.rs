@@ -2,8 +2,11 @@
 //! each shared-memory tile lives.
 
 use super::Lowerer;
-use crate::plan::program::{deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, Stmt, Warps};
+use crate::plan::program::{deferred_row_sums, flatten, Buf, BufId, BufKind, Expr, MmaA, Stmt, Warps};
 use crate::schedule::config::TileConfig;
+
+/// Registers a transposed copy keeps live beyond a plain one's (see `addressing_allowance`).
+const TRANSPOSED_COPY: u64 = 24;
 
 impl Lowerer<'_> {
     /// Lays warps over the block. The count is the configuration's (or the largest number of
@@ -137,11 +140,15 @@ impl Lowerer<'_> {
     /// it. Since the generated copies unroll at most four page lookups at a time, the paged
     /// GQA decodes take 106 to 128 registers where this estimates 120, and MLA's 171 to 202
     /// where it estimates 164 to 168; fully unrolled they took up to 255 and one spilled.
+    /// A transposed copy (four element copies in flight a thread, each with its own address
+    /// and predicate) adds `TRANSPOSED_COPY`: the column reductions of the corpus take 48 to 78
+    /// registers where the rest of the estimate gives 34 to 58.
     fn addressing_allowance(&self, w: Warps, body: &[Stmt]) -> u64 {
         let mut masked = false;
         let mut paged_chunks = 0u64;
         self.scan_addressing(w, body, &mut masked, &mut paged_chunks);
-        u64::from(masked) * 16 + (2 * paged_chunks).min(48)
+        let transposed = flatten(body).iter().any(|s| matches!(s, Stmt::Load { trans: true, .. }));
+        u64::from(masked) * 16 + (2 * paged_chunks).min(48) + u64::from(transposed) * TRANSPOSED_COPY
     }
 
     fn scan_addressing(&self, w: Warps, body: &[Stmt], masked: &mut bool, paged_chunks: &mut u64) {

@@ -112,13 +112,14 @@ impl Lowerer<'_> {
         let (mut loaded, mut col_tiles, mut row_tiles) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
         for s in lbody {
             match s {
-                Stmt::Load { dst, tmap, .. } => {
-                    let (last, rest) = tmap.axes.split_last()?;
+                Stmt::Load { dst, tmap, trans, .. } => {
+                    // A transposed tile's columns are the tensor's next-to-last axis.
+                    let col = if *trans { tmap.axes.len().checked_sub(2)? } else { tmap.axes.len().checked_sub(1)? };
                     loaded.insert(*dst);
-                    if moves(last, iter) {
+                    if moves(&tmap.axes[col], iter) {
                         col_tiles.insert(*dst);
                     }
-                    if rest.iter().any(|a| moves(a, iter)) {
+                    if tmap.axes.iter().enumerate().any(|(a, x)| a != col && moves(x, iter)) {
                         row_tiles.insert(*dst);
                     }
                 }
