@@ -358,8 +358,6 @@ struct Gen<'a> {
     /// Inside the loop the column warps split ([`Warps::split`]): each warp's row values are
     /// its own partials until the merge, never exchanged.
     in_split: bool,
-    /// The shared tiles that arrive transposed.
-    transposed: Vec<BufId>,
 }
 
 /// Per-buffer swizzle facts.
@@ -834,8 +832,8 @@ impl Gen<'_> {
                 }
                 self.line("__syncthreads();  // the space may hold a tile other warps just read");
                 for s in &body[start..i] {
-                    if let Stmt::Load { dst, param, tmap, .. } = s {
-                        self.load(*dst, *param, tmap, None);
+                    if let Stmt::Load { dst, param, tmap, trans } = s {
+                        self.load(*dst, *param, tmap, *trans, None);
                     }
                 }
                 self.line("cleave::cp_async_commit();");
@@ -1544,7 +1542,7 @@ impl Gen<'_> {
 
     /// Issues the loads of one tile. `at` substitutes an iterator value (prefetching the next
     /// iteration) and `stage` picks the buffer copy.
-    fn load(&mut self, dst: BufId, param: ParamId, tm: &TMap, stage: Option<&str>) {
+    fn load(&mut self, dst: BufId, param: ParamId, tm: &TMap, trans: bool, stage: Option<&str>) {
         let p = self.k.params[param.0 as usize].clone();
         if p.layout.as_ref().is_some_and(|l| l.is_paged()) {
             self.load_paged(dst, &p, param, tm, stage);
@@ -1561,7 +1559,7 @@ impl Gen<'_> {
         self.line(&format!("// {} = Load({})", buf.name, p.name));
         self.line("{");
         self.depth += 1;
-        if self.transposed.contains(&dst) {
+        if trans {
             // The tile's rows are the tensor's last axis: consecutive threads take consecutive
             // rows, so that a warp reads a contiguous run of the tensor.
             let (tile_base, local, row_ok, col_ok) = self.address_parts(&p, tm, "c", "r");
@@ -1888,10 +1886,10 @@ impl Gen<'_> {
     fn pipelined_loop(&mut self, iter: IterId, dim: DimVar, tile: u64, body: &[Stmt]) {
         let it = self.iter(iter);
         let trips = format!("cleave_ceil_div({}, {tile}LL)", self.dim(dim));
-        let loads: Vec<(BufId, ParamId, TMap)> = body
+        let loads: Vec<(BufId, ParamId, TMap, bool)> = body
             .iter()
             .filter_map(|s| match s {
-                Stmt::Load { dst, param, tmap, .. } => Some((*dst, *param, tmap.clone())),
+                Stmt::Load { dst, param, tmap, trans } => Some((*dst, *param, tmap.clone(), *trans)),
                 _ => None,
             })
             .collect();
@@ -1953,8 +1951,8 @@ impl Gen<'_> {
                 }
                 self.depth += 1;
                 self.line(&format!("const int {it} = {j};"));
-                for (d, p, tm) in &loads {
-                    self.load(*d, *p, tm, Some(&j.to_string()));
+                for (d, p, tm, trans) in &loads {
+                    self.load(*d, *p, tm, *trans, Some(&j.to_string()));
                 }
                 self.close();
                 self.line("cleave::cp_async_commit();");
@@ -1971,7 +1969,7 @@ impl Gen<'_> {
         // tested once, before it, and a block whose tiles overhang the tensor runs the masked
         // loop throughout.
         let mut invariant: Vec<(Limit, u64)> = Vec::new();
-        for (_, _, tm) in &loads {
+        for (_, _, tm, _) in &loads {
             for ax in &tm.axes {
                 for l in &ax.limits {
                     let set = if l.base.uses(iter) { &mut masks } else { &mut invariant };
@@ -2002,7 +2000,7 @@ impl Gen<'_> {
                 )
             })
             .collect();
-        let staged: Vec<BufId> = loads.iter().map(|(d, _, _)| *d).collect();
+        let staged: Vec<BufId> = loads.iter().map(|(d, _, _, _)| *d).collect();
         let tables = self.off_tables(&rest, &staged);
         self.line(&format!("int {it} = 0;"));
         // The steady state runs in a loop of its own: every iteration but the last, while the
@@ -2117,7 +2115,7 @@ impl Gen<'_> {
     fn loop_iteration(
         &mut self,
         iter: IterId,
-        loads: &[(BufId, ParamId, TMap)],
+        loads: &[(BufId, ParamId, TMap, bool)],
         rest: &[Stmt],
         ahead: u32,
         guarded: bool,
@@ -2132,8 +2130,8 @@ impl Gen<'_> {
             self.line("{");
             self.depth += 1;
             self.line(&format!("const int {it} = next;"));
-            for (d, p, tm) in loads {
-                self.load(*d, *p, tm, Some(&stage_index(&it, self.k.buf(*d).stages)));
+            for (d, p, tm, trans) in loads {
+                self.load(*d, *p, tm, *trans, Some(&stage_index(&it, self.k.buf(*d).stages)));
             }
             self.close();
             if guarded {
@@ -2146,7 +2144,7 @@ impl Gen<'_> {
             self.line("__syncthreads();");
         }
         let saved = self.staged.len();
-        for (d, _, _) in loads {
+        for (d, _, _, _) in loads {
             self.staged.push((*d, iter));
         }
         self.stmts(rest);
@@ -2183,7 +2181,6 @@ pub fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         col_ext: 1,
         full_masks: Vec::new(),
         in_split: false,
-        transposed: k.transposed_loads(),
     };
     let threads = k.warps.threads();
     let mut params: Vec<String> = k

@@ -597,22 +597,6 @@ impl TileKernel {
         &self.bufs[b.0 as usize]
     }
 
-    /// The shared tiles whose loads arrive transposed ([`Stmt::Load`]'s `trans`).
-    pub fn transposed_loads(&self) -> Vec<BufId> {
-        fn walk(body: &[Stmt], out: &mut Vec<BufId>) {
-            for s in body {
-                match s {
-                    Stmt::Load { dst, trans: true, .. } => out.push(*dst),
-                    Stmt::Loop { body, .. } => walk(body, out),
-                    _ => {}
-                }
-            }
-        }
-        let mut out = Vec::new();
-        walk(&self.body, &mut out);
-        out
-    }
-
     /// The pipeline depth of a loop with this body: the stages of the tiles it loads (all
     /// alike), 2 for a loop that loads nothing.
     pub fn loop_stages(&self, body: &[Stmt]) -> u32 {

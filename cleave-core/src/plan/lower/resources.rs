@@ -2,7 +2,7 @@
 //! each shared-memory tile lives.
 
 use super::Lowerer;
-use crate::plan::program::{deferred_row_sums, flatten, Buf, BufId, BufKind, Expr, MmaA, Stmt, Warps};
+use crate::plan::program::{deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, Stmt, Warps};
 use crate::schedule::config::TileConfig;
 
 /// Registers a transposed copy keeps live beyond a plain one's (see `addressing_allowance`).
@@ -144,17 +144,24 @@ impl Lowerer<'_> {
     /// and predicate) adds `TRANSPOSED_COPY`: the column reductions of the corpus take 48 to 78
     /// registers where the rest of the estimate gives 34 to 58.
     fn addressing_allowance(&self, w: Warps, body: &[Stmt]) -> u64 {
-        let mut masked = false;
+        let (mut masked, mut transposed) = (false, false);
         let mut paged_chunks = 0u64;
-        self.scan_addressing(w, body, &mut masked, &mut paged_chunks);
-        let transposed = flatten(body).iter().any(|s| matches!(s, Stmt::Load { trans: true, .. }));
+        self.scan_addressing(w, body, &mut masked, &mut transposed, &mut paged_chunks);
         u64::from(masked) * 16 + (2 * paged_chunks).min(48) + u64::from(transposed) * TRANSPOSED_COPY
     }
 
-    fn scan_addressing(&self, w: Warps, body: &[Stmt], masked: &mut bool, paged_chunks: &mut u64) {
+    fn scan_addressing(
+        &self,
+        w: Warps,
+        body: &[Stmt],
+        masked: &mut bool,
+        transposed: &mut bool,
+        paged_chunks: &mut u64,
+    ) {
         for s in body {
             match s {
-                Stmt::Load { dst, param, .. } => {
+                Stmt::Load { dst, param, trans, .. } => {
+                    *transposed |= *trans;
                     let p = &self.params[param.0 as usize];
                     if p.layout.as_ref().is_some_and(|l| l.is_paged()) {
                         if let BufKind::Smem { dtype, rows, cols } = self.bufs[dst.0 as usize].kind {
@@ -166,7 +173,7 @@ impl Lowerer<'_> {
                 Stmt::Assign { expr, .. } | Stmt::RowReduce { expr, .. } | Stmt::Store { expr, .. } => {
                     *masked |= has_mask(expr);
                 }
-                Stmt::Loop { body, .. } => self.scan_addressing(w, body, masked, paged_chunks),
+                Stmt::Loop { body, .. } => self.scan_addressing(w, body, masked, transposed, paged_chunks),
                 _ => {}
             }
         }
