@@ -16,7 +16,8 @@ at which ptxas compiles the function without spilling (the source's launch bound
 since they override the option). That is what the estimate has to cover. Slower: about five
 more compiles a kernel.
 
-Prints one Markdown row per launch. Needs no GPU.
+Prints one Markdown row per launch. Needs no GPU. `CLEAVE_BIN` names another `cleave` binary
+than `target/release/cleave` (an earlier build, to compare two versions' kernels).
 """
 
 import argparse
@@ -29,7 +30,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLEAVE = os.path.join(ROOT, "target", "release", "cleave")
+CLEAVE = os.environ.get("CLEAVE_BIN") or os.path.join(ROOT, "target", "release", "cleave")
 DECLARATIONS = os.path.join(ROOT, "kernels.yaml")
 # The register counts `--need` tries lie on this grid, from the fewest a kernel could use.
 NEED_STEP = 8

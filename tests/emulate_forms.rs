@@ -60,3 +60,34 @@ fn transformed_forms_run_on_the_emulator() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn a_running_max_that_stops_growing_rescales_its_sum_by_exactly_one() {
+    // A softmax along rows of 5001: the first kernel sums the row's exps over 40 tiles, its
+    // running max settled after the first few; the second divides each exp by that sum. Each
+    // step rescales the sum by `exp(m_old - m_new)`. Computed as one FFMA,
+    // `exp2(m_old · log2(e) - round(m_new · log2(e)))`, equal maxima gave `2^δ` rather than 1,
+    // and the 40 steps compounded δ into an error of 1.3e-4. Taken as a difference first the
+    // factor is exactly 1, and what remains is the element exps' own rounding of the max,
+    // about |max| · log2(e) · 2^-24 each (5e-6 at the inputs' largest, 130), once.
+    let text = "kernels:\n  - name: long_rows\n    dims: { t: 8, n: { value: 100000, dynamic: true } }\n    \
+                inputs: { x: \"f32[t, n]\" }\n    outputs: { y: \"f32[t, n]\" }\n    body: |\n      \
+                y = softmax(x, axis=-1)\n";
+    let g = check_source(text.as_bytes()).expect("checks").kernels.remove(0).1;
+    let (cands, stats) = candidates(&g, &Targets::new(&[SM80]), 1, "cleave_long_rows").expect("schedules");
+    let launch = &cands.first().unwrap_or_else(|| panic!("{stats:?}")).launch;
+    let plan = plan_data(launch, "long_rows").expect("plan");
+    let lib = emulate::compile(launch, &plan).expect("builds for the emulator");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("n").expect("n").index()] = 5001;
+    for seed in [3, 4] {
+        let inputs = random_inputs(&g, &b, seed, &InputScale { default: 30.0, per_input: vec![] });
+        let want = eval(&g, &b, &inputs).expect("reference");
+        let mut lb = Bindings::of_table(launch.dims());
+        lb.values[..b.values.len()].copy_from_slice(&b.values);
+        lb.complete(launch.dims());
+        let got = lib.run(launch, &lb, &inputs, 5).expect("runs");
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < 2e-5, "seed {seed}: {e} ({} kernels)", launch.kernels.len());
+    }
+}

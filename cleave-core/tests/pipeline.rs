@@ -1321,3 +1321,76 @@ fn reductions_down_a_column_run_along_the_rows_of_transposed_tiles() {
         }
     }
 }
+
+#[test]
+fn a_quotient_of_exps_shifted_by_a_running_max_is_never_computed() {
+    // `softmax(x, axis=0)` over a unit axis is `exp(x) / exp(x)`, one everywhere. Beside a
+    // softmax along the row of the same `x` the two exps are one node, which the row's max
+    // shifts: `exp(x - m)` underflows far below the max, and the quotient was 0 / 0, stored
+    // as 0. Every launch the ranking keeps must give ones.
+    let g = columns_kernel(
+        "a: { value: 300, dynamic: true }",
+        "x: \"f32[1, a]\"",
+        "p: \"f32[1, a]\", q: \"f32[1, a]\"",
+        "p = softmax(x, axis=-1)\n      q = softmax(x, axis=0)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("a").expect("a").index()] = 77;
+    let inputs = random_inputs(&g, &b, 31, &InputScale { default: 30.0, per_input: Vec::new() });
+    let want = eval(&g, &b, &inputs).expect("reference");
+    let exp_arg = inputs[0].data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (lo, hi) = inputs[0].data.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
+    assert!(hi - lo > 104.0, "some exps underflow in f32 once shifted by the max: {lo} to {hi}");
+    for r in &c.ranked {
+        let l = &r.candidate.launch;
+        let mut lb = Bindings::of_table(l.dims());
+        lb.values[..b.values.len()].copy_from_slice(&b.values);
+        lb.complete(l.dims());
+        let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+        for (o, (x, w)) in got.iter().zip(&want).enumerate() {
+            let e = max_rel_err(&x.data, &w.data);
+            assert!(e < tolerance(&g, &b, exp_arg), "output {o}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_softmax_down_a_few_long_columns_splits_each_column_across_blocks() {
+    // Eight columns of 100000: a block per column group would leave all but one SM idle. The
+    // transposed graph's sum runs over chunks of the column (the input split as it is read
+    // transposed), and a combine merges the chunks' sums and running maxima.
+    let g = columns_kernel(
+        "n: { value: 100000, dynamic: true }, c: 8",
+        "x: \"f32[n, c]\"",
+        "y: \"f32[n, c]\"",
+        "y = softmax(x, axis=0)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    assert!(!c.ranked[0].splits.is_empty(), "split along the column");
+    let tiles: Vec<&TileKernel> = l.kernels.iter().map(|k| k.tile().expect("tile kernels only")).collect();
+    assert_eq!(tiles.len(), 2, "a split kernel and its combine");
+    assert!(transposed_tiles(tiles[0]).0, "the split kernel reads its chunk transposed");
+    assert_eq!(l.workspaces.iter().filter(|w| w.node.is_some()).count(), 1, "only the chunks' sums are stored");
+    let unsplit =
+        c.ranked.iter().filter(|r| r.splits.is_empty()).map(|r| r.candidate.seconds).fold(f64::INFINITY, f64::min);
+    assert!(unsplit > 4.0 * c.ranked[0].candidate.seconds, "{unsplit} against {}", c.ranked[0].candidate.seconds);
+    // Several chunk counts over columns they leave ragged, with exponents far past f32's
+    // range; one row, where every chunk but the first is empty.
+    let count = l.dims().find("s_n").expect("the split count");
+    for (n, parts, seed) in [(5001, 8, 21), (777, 3, 22), (1, 5, 23), (64, 32, 24)] {
+        let mut b = Bindings::of_table(&g.dims);
+        b.values[g.dims.find("n").expect("n").index()] = n;
+        let inputs = random_inputs(&g, &b, seed, &InputScale { default: 60.0, per_input: Vec::new() });
+        let want = eval(&g, &b, &inputs).expect("reference");
+        let mut lb = Bindings::of_table(l.dims());
+        lb.values[..b.values.len()].copy_from_slice(&b.values);
+        lb.values[count.index()] = parts;
+        lb.complete(l.dims());
+        let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+        let exp_arg = inputs[0].data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let e = max_rel_err(&got[0].data, &want[0].data);
+        assert!(e < tolerance(&g, &b, exp_arg), "{n} rows in {parts} chunks: {e}");
+    }
+}

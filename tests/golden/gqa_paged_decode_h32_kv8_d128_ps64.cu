@@ -58,6 +58,15 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(a - b) for one value per row, such as the factor that rescales an accumulator when its
+// running max grows from a to b: both products rounded alike (`__fmul_rn` is never fused into
+// an FFMA), so that equal maxima give exactly 1. The single FFMA above rounds only b * log2(e),
+// an error shared by every element of a row, which cancels between a numerator and its sum; a
+// factor applied at every step of a loop would compound it instead (40 steps at a max of 130
+// drifted a sum by 1e-4).
+__device__ __forceinline__ float cleave_exp_sub(float a, float b) {
+  return cleave::fast_exp2(__fmul_rn(a, 1.4426950408889634f) + cleave_neg_max_log2(b));
+}
 // exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
 __device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
   return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
@@ -508,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+        b10[mi][h] = cleave_exp_sub(b2[mi][h], b9[mi][h]);
       }
       // t10 = ...
       #pragma unroll
@@ -807,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+        b10[mi][h] = cleave_exp_sub(b2[mi][h], b9[mi][h]);
       }
       // t10 = ...
       #pragma unroll
@@ -1491,7 +1500,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b6[mi][h] = cleave_exp_diff(b2[mi][h], b5[mi][h]);
+        b6[mi][h] = cleave_exp_sub(b2[mi][h], b5[mi][h]);
       }
       // t3 = ...
       #pragma unroll
@@ -1540,7 +1549,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_sub(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
       }
       // t4 = ...
       #pragma unroll
@@ -1555,7 +1564,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_sub(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
@@ -1629,7 +1638,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b6[mi][h] = cleave_exp_diff(b2[mi][h], b5[mi][h]);
+        b6[mi][h] = cleave_exp_sub(b2[mi][h], b5[mi][h]);
       }
       // t3 = ...
       #pragma unroll
@@ -1678,7 +1687,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f) * cleave_exp_sub(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
       }
       // t4 = ...
       #pragma unroll
@@ -1693,7 +1702,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_gqa_paged_decode_h32
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_diff(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_kv_len - (1LL * j0)))) ? (((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 256 + (j0 & 7) * 1024) + cleave_off<256, 4, 1>(row, col)))) : 0.0f) * cleave_exp_sub(((row < 4) ? cleave::to_float(cleave::ld_shared<float>(((smem + 128 + (j0 & 7) * 16) + cleave_off<4, 4, 0>(row, 0)))) : 0.0f), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles

@@ -58,6 +58,15 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(a - b) for one value per row, such as the factor that rescales an accumulator when its
+// running max grows from a to b: both products rounded alike (`__fmul_rn` is never fused into
+// an FFMA), so that equal maxima give exactly 1. The single FFMA above rounds only b * log2(e),
+// an error shared by every element of a row, which cancels between a numerator and its sum; a
+// factor applied at every step of a loop would compound it instead (40 steps at a max of 130
+// drifted a sum by 1e-4).
+__device__ __forceinline__ float cleave_exp_sub(float a, float b) {
+  return cleave::fast_exp2(__fmul_rn(a, 1.4426950408889634f) + cleave_neg_max_log2(b));
+}
 // exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
 __device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
   return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
@@ -463,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+        b10[mi][h] = cleave_exp_sub(b2[mi][h], b9[mi][h]);
       }
       // t10 = ...
       #pragma unroll
@@ -699,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b10[mi][h] = cleave_exp_diff(b2[mi][h], b9[mi][h]);
+        b10[mi][h] = cleave_exp_sub(b2[mi][h], b9[mi][h]);
       }
       // t10 = ...
       #pragma unroll
@@ -838,7 +847,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_0(
     {
       float top = -INFINITY;
       for (int w = 0; w < 4; ++w) top = fmaxf(top, cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)));
-      for (int w = 0; w < 4; ++w) f2_[w] = cleave_exp_diff(cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)), top);
+      for (int w = 0; w < 4; ++w) f2_[w] = cleave_exp_sub(cleave::ld_shared<float>(smem + 0 + 4 * ((w * 16 + row) * 66 + 0)), top);
     }
     {
       float acc = -INFINITY;
@@ -1382,7 +1391,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b6[mi][h] = cleave_exp_diff(b2[mi][h], b5[mi][h]);
+        b6[mi][h] = cleave_exp_sub(b2[mi][h], b5[mi][h]);
       }
       // t2 = ...
       #pragma unroll
@@ -1431,7 +1440,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_sub(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
       }
       // t3 = ...
       #pragma unroll
@@ -1446,7 +1455,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + ((true) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_sub(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles
@@ -1519,7 +1528,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b6[mi][h] = cleave_exp_diff(b2[mi][h], b5[mi][h]);
+        b6[mi][h] = cleave_exp_sub(b2[mi][h], b5[mi][h]);
       }
       // t2 = ...
       #pragma unroll
@@ -1568,7 +1577,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         (void)row;
         const int ni = 0, e = 0, col = 0;
         (void)ni; (void)e; (void)col;
-        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
+        b0[mi][h] = (b0[mi][h] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 0 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))) * cleave_exp_sub(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
       }
       // t3 = ...
       #pragma unroll
@@ -1583,7 +1592,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cleave_mha_d64_decode_1(
         for (int e = 0; e < 2; ++e) {
           const int col = (wn * 2 + ni) * 8 + 2 * t + e;
           (void)col;
-          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_diff(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
+          b1[mi][ni][2 * h + e] = (b1[mi][ni][2 * h + e] + (((0 < cleave_room(e_s_l - (1LL * j0)))) ? (cleave::to_float(cleave::ld_shared<float>(((smem + 1024 + (j0 & 7) * 4096) + cleave_off<256, 4, 1>(row, col)))) * cleave_exp_sub(cleave::to_float(cleave::ld_shared<float>(((smem + 512 + (j0 & 7) * 64) + cleave_off<4, 4, 0>(row, 0)))), b2[mi][h])) : 0.0f));
         }
       }
       __syncthreads();  // the next prefetch overwrites this iteration's tiles

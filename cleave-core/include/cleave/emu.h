@@ -1081,6 +1081,12 @@ inline uint64_t switch_count() { return detail::switch_total().load(); }
 #define CLEAVE_EMU_LINE uint32_t line = __builtin_LINE()
 
 inline void __syncthreads(CLEAVE_EMU_LINE) { ::cleave::emu::detail::syncthreads(line); }
+// A product rounded on its own, never fused into a following add (ISO C++ does not contract
+// across the call).
+inline float __fmul_rn(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
 
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, CLEAVE_EMU_LINE) {
   using namespace ::cleave::emu::detail;

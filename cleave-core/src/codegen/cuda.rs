@@ -144,6 +144,15 @@ __device__ __forceinline__ float cleave_neg_max_log2(float b) {
 __device__ __forceinline__ float cleave_exp_diff(float a, float b) {
   return cleave::fast_exp2(fmaf(a, 1.4426950408889634f, cleave_neg_max_log2(b)));
 }
+// exp(a - b) for one value per row, such as the factor that rescales an accumulator when its
+// running max grows from a to b: both products rounded alike (`__fmul_rn` is never fused into
+// an FFMA), so that equal maxima give exactly 1. The single FFMA above rounds only b * log2(e),
+// an error shared by every element of a row, which cancels between a numerator and its sum; a
+// factor applied at every step of a loop would compound it instead (40 steps at a max of 130
+// drifted a sum by 1e-4).
+__device__ __forceinline__ float cleave_exp_sub(float a, float b) {
+  return cleave::fast_exp2(__fmul_rn(a, 1.4426950408889634f) + cleave_neg_max_log2(b));
+}
 // exp(c * x - b) for a constant c > 0, given `k = c * log2(e)`: the same single FFMA.
 __device__ __forceinline__ float cleave_exp_diff_scaled(float x, float k, float b) {
   return cleave::fast_exp2(fmaf(x, k, cleave_neg_max_log2(b)));
@@ -691,6 +700,9 @@ impl Gen<'_> {
                     (_, None) => format!("fmaxf({x}, {y})"),
                 }
             }
+            // One value per row: a rescale factor, whose precision matters more than one
+            // instruction (see `cleave_exp_sub`).
+            Expr::ExpDiff(a, b) if self.per_row(a) => format!("cleave_exp_sub({}, {})", self.expr(a), self.expr(b)),
             // exp(c·x - b) as exp2(x · c·log2(e) - b·log2(e)): the scale costs nothing.
             Expr::ExpDiff(a, b) => match a.positive_scale() {
                 Some((c, x)) => format!(
@@ -811,6 +823,19 @@ impl Gen<'_> {
         self.line(&format!("const int {var} = threadIdx.x + it_ * {threads};"));
         if total % threads != 0 {
             self.line(&format!("if ({var} >= {total}) break;"));
+        }
+    }
+
+    /// Whether `e` holds one value per block row: it reads only per-row registers,
+    /// one-column tiles, constants and extents.
+    fn per_row(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Src(Src::Reg(b) | Src::Tile(b)) => self.cols_of(*b) == 1,
+            Expr::Src(Src::Const(_) | Src::Extent(_) | Src::Scalar(_)) => true,
+            Expr::Src(Src::Column(_)) => false,
+            Expr::Unary(_, a) => self.per_row(a),
+            Expr::Binary(_, a, b) | Expr::ExpDiff(a, b) => self.per_row(a) && self.per_row(b),
+            _ => false,
         }
     }
 
@@ -971,7 +996,7 @@ impl Gen<'_> {
                 slot("w", &c0.to_string())
             ));
             self.line(&format!(
-                "for (int w = 0; w < {n}; ++w) {f}[w] = cleave_exp_diff(cleave::ld_shared<float>({}), top);",
+                "for (int w = 0; w < {n}; ++w) {f}[w] = cleave_exp_sub(cleave::ld_shared<float>({}), top);",
                 slot("w", &c0.to_string())
             ));
             self.close();
@@ -1812,9 +1837,15 @@ impl Gen<'_> {
         let p = self.k.params[param.0 as usize].clone();
         self.line(&format!("// Store({})", p.name));
         // A transposed store writes the block's element (row, col) to the tile's (col, row).
+        // The block may hold more rows than the tile's last axis has (16 rows of fragments over
+        // 8 columns of a tensor): those rows hold nothing to store, and a bound on the axis
+        // (a limit, where it has one) does not stop them when the axis is whole in one tile.
         let (idx, row_ok, col_ok) =
             if trans { self.address(&p, tm, "col", "row") } else { self.address(&p, tm, "row", "col") };
-        let ok = format!("{row_ok} && {col_ok}");
+        let ok = match tm.axes.last() {
+            Some(last) if trans => format!("{row_ok} && {col_ok} && (row < {})", last.extent),
+            _ => format!("{row_ok} && {col_ok}"),
+        };
         self.open_rows();
         if cols == 1 {
             self.line("const int ni = 0, e = 0, col = 0;");

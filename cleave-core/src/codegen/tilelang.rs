@@ -387,7 +387,10 @@ impl Py<'_> {
                 let src = self.materialize(expr, *cols);
                 let p = ident(&self.k.params[param.0 as usize].name);
                 let (at, ok) = self.transposed_element(tmap);
-                self.line(&format!("for i, j in T.Parallel({rows}, {cols}):"));
+                // The block's rows past the tile's last axis (16 over 8 columns of a tensor)
+                // hold nothing to store.
+                let stored = tmap.axes.last().map_or(rows, |a| a.extent.min(rows));
+                self.line(&format!("for i, j in T.Parallel({stored}, {cols}):"));
                 if ok.is_empty() {
                     self.line(&format!("    {p}[{at}] = {src}[i, j]"));
                 } else {

@@ -92,6 +92,12 @@ pub enum PlanError {
     /// where the true result does not.
     #[error("node %{} is an exp that no row reduction stabilizes", .0.0)]
     UnstabilizedExp(NodeId),
+    /// A quotient whose divisor is an exp shifted by a running max element by element,
+    /// `exp(x - m)`: far below the max that underflows to zero where the true quotient need
+    /// not be small (`exp(x) / exp(x)` is one). A sum of such exps over the row that holds the
+    /// max is at least one, so a reduction's quotient is safe.
+    #[error("node %{} divides by an exp shifted by a running max, which underflows far below it", .0.0)]
+    ShiftedExpDivisor(NodeId),
     /// A matmul with a constant operand.
     #[error("a matmul with a constant operand")]
     ConstantMatmulOperand,
@@ -165,6 +171,7 @@ impl PlanError {
             PlanError::MissingAccumulator(_) => "a missing accumulator".into(),
             PlanError::ExpReduction(_) => "a reduction of an exp that a running max per row cannot stabilize".into(),
             PlanError::UnstabilizedExp(_) => "an exp that no row reduction stabilizes".into(),
+            PlanError::ShiftedExpDivisor(_) => "a divisor that is an exp shifted by a running max".into(),
             PlanError::ShiftBeforeMerge(_) => "an exp computed before the merge of the max that shifts it".into(),
             PlanError::MatmulDtypes { .. } => "a matmul whose operand types the tensor cores cannot take".into(),
             PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),

@@ -201,7 +201,9 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     }
     // An elementwise value of the unsplit inputs that only the combine reads (the numerator
     // `exp(x)` of a softmax whose sum is split along the row) is the combine's to compute:
-    // stored by the split kernel, it would be written and read back whole.
+    // stored by the split kernel, it would be written and read back whole. So is a transpose
+    // of one, or of an input (the numerator of a softmax down a column reads its input
+    // transposed).
     if !combine_roots.is_empty() {
         let users = g.users();
         let mut split_dep = vec![false; g.nodes.len()];
@@ -210,7 +212,7 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             split_dep[id.index()] = matches!(n.op, Op::Split(_)) || n.args.iter().any(|a| split_dep[a.index()]);
         }
         for id in (0..g.nodes.len() as u32).rev().map(NodeId) {
-            let elementwise = matches!(g.node(id).op, Op::Unary(_) | Op::Binary(_) | Op::Mask(_));
+            let elementwise = matches!(g.node(id).op, Op::Unary(_) | Op::Binary(_) | Op::Mask(_) | Op::Transpose);
             let for_combine = users[id.index()].iter().all(|u| matches!(part[u.index()], Part::Combine | Part::Unused));
             if part[id.index()] == Part::Split && elementwise && !split_dep[id.index()] && for_combine {
                 part[id.index()] = Part::Combine;

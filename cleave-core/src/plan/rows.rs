@@ -230,7 +230,8 @@ pub struct RowSplit {
 /// The reductions come first in the new graph, so that a combine kernel merges them before it
 /// computes anything from them. `None` where it does not apply: no such reduction, a split
 /// already, reductions over different rows, or a reduction computed from anything but
-/// elementwise ops of inputs that hold the row as their last axis or not at all.
+/// elementwise ops of inputs that hold the row as their last axis or not at all (or, read
+/// transposed, as their next-to-last axis: a column computed as a row, [`super::columns`]).
 pub fn split_rows(g: &ValidGraph, count: u64) -> Option<RowSplit> {
     let live = g.live();
     let roots = row_reductions(g, &live);
@@ -261,6 +262,9 @@ pub fn split_rows(g: &ValidGraph, count: u64) -> Option<RowSplit> {
         }
         match g.node(x).op {
             Op::Input(_) | Op::Const(_) => {}
+            // An input read transposed is split as it is read: its row is the tensor's
+            // next-to-last axis.
+            Op::Transpose if matches!(g.node(g.node(x).args[0]).op, Op::Input(_)) => {}
             Op::Unary(_) | Op::Binary(_) => stack.extend(g.node(x).args.iter().copied()),
             _ => return None,
         }
@@ -292,6 +296,10 @@ pub fn split_rows(g: &ValidGraph, count: u64) -> Option<RowSplit> {
                     add(&mut sg, Op::Split(axis), &[map[x.index()]?])?
                 }
                 Op::Input(_) => map[x.index()]?,
+                Op::Transpose => {
+                    let t = add(&mut sg, Op::Transpose, &[map[n.args[0].index()]?])?;
+                    add(&mut sg, Op::Split(g.shape(x).len() as u32 - 1), &[t])?
+                }
                 Op::Const(c) => sg.constant(c),
                 op => {
                     let args: Option<Vec<NodeId>> = n.args.iter().map(|a| split_of[a.index()]).collect();
@@ -537,6 +545,34 @@ mod tests {
         assert_eq!(p.part[unsplit.index()], Part::Combine);
         assert_eq!(p.workspaces.len(), 1, "only the chunks' partial sums are stored");
         assert_eq!(p.kernels[1].inputs, [Binding::Input(0), Binding::Workspace(0)]);
+    }
+
+    #[test]
+    fn a_column_is_split_as_its_input_is_read_transposed() {
+        // A softmax down the columns, computed transposed: the sum runs along the rows of
+        // `transpose(x)`, which the split cuts into chunks; the combine reads `x` transposed
+        // itself for the numerator, rather than the split kernel storing that view.
+        let g = declared(
+            "{ n: { value: 100000, dynamic: true }, c: 8 }",
+            "{ x: \"f32[n, c]\" }",
+            "{ y: \"f32[n, c]\" }",
+            "y = softmax(x, axis=0)",
+        );
+        let t = crate::plan::columns::transpose_columns(&g).expect("a column softmax");
+        let sg = split_rows(&t, 8).expect("applies").graph;
+        let split = sg.ids().find(|id| matches!(sg.node(*id).op, Op::Split(_))).expect("a split");
+        assert_eq!(sg.node(split).op, Op::Split(1), "along the transposed rows");
+        assert_eq!(sg.node(sg.node(split).args[0]).op, Op::Transpose);
+        let p = crate::plan::partition(&sg).expect("partitions");
+        let views: Vec<NodeId> = sg.ids().filter(|id| sg.node(*id).op == Op::Transpose).collect();
+        let read_whole =
+            views.iter().find(|v| sg.users()[v.index()].iter().all(|u| *u != split)).expect("the numerator's");
+        assert_eq!(p.part[read_whole.index()], Part::Combine);
+        assert_eq!(p.workspaces.len(), 1, "only the chunks' partial sums are stored");
+        for at in [[("n", 4000)], [("n", 8)]] {
+            let e = split_error(&t, 8, &at);
+            assert!(e < 1e-12, "{at:?}: {e}");
+        }
     }
 
     #[test]

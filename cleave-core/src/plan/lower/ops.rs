@@ -340,6 +340,9 @@ impl Lowerer<'_> {
             _ => true,
         };
         let m = sa.or(sb).map(|s| s.m);
+        if op == BinaryOp::Div && deg(sb) > 0 && self.shifted_elementwise(args[1]) {
+            return Err(PlanError::ShiftedExpDivisor(id));
+        }
         let scale = match op {
             BinaryOp::Mul if same_m => Some(deg(sa) + deg(sb)),
             BinaryOp::Div if same_m => Some(deg(sa) - deg(sb)),
@@ -362,6 +365,28 @@ impl Lowerer<'_> {
             }
         }
         Ok(Value::Reg { expr: Expr::bin(op, a, b), cols, scale })
+    }
+
+    /// Whether node `id` is computed from an exp element by element, through no reduction or
+    /// product: on a running max's scale such a value holds `exp(x - m)`, which underflows far
+    /// below the max (see [`PlanError::ShiftedExpDivisor`]).
+    fn shifted_elementwise(&self, id: NodeId) -> bool {
+        let mut stack = vec![id];
+        let mut seen = vec![false; self.g.nodes.len()];
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut seen[x.index()], true) {
+                continue;
+            }
+            let n = self.g.node(x);
+            match n.op {
+                Op::Unary(UnaryOp::Exp) => return true,
+                Op::Unary(_) | Op::Binary(_) | Op::Mask(_) | Op::Split(_) | Op::Transpose => {
+                    stack.extend(n.args.iter().copied());
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// Whether `e` is `d · m` for a running or stored max `m`, the term a log adds back.
