@@ -296,9 +296,15 @@ pub fn split_rows(g: &ValidGraph, count: u64) -> Option<RowSplit> {
                     add(&mut sg, Op::Split(axis), &[map[x.index()]?])?
                 }
                 Op::Input(_) => map[x.index()]?,
+                // An input read transposed: split like an input, where the row is its last
+                // axis, and broadcast along it otherwise.
                 Op::Transpose => {
                     let t = add(&mut sg, Op::Transpose, &[map[n.args[0].index()]?])?;
-                    add(&mut sg, Op::Split(g.shape(x).len() as u32 - 1), &[t])?
+                    if g.shape(x).last() == Some(&Dim::Var(row)) {
+                        add(&mut sg, Op::Split(g.shape(x).len() as u32 - 1), &[t])?
+                    } else {
+                        t
+                    }
                 }
                 Op::Const(c) => sg.constant(c),
                 op => {
@@ -569,6 +575,21 @@ mod tests {
             views.iter().find(|v| sg.users()[v.index()].iter().all(|u| *u != split)).expect("the numerator's");
         assert_eq!(p.part[read_whole.index()], Part::Combine);
         assert_eq!(p.workspaces.len(), 1, "only the chunks' partial sums are stored");
+        for at in [[("n", 4000)], [("n", 8)]] {
+            let e = split_error(&t, 8, &at);
+            assert!(e < 1e-12, "{at:?}: {e}");
+        }
+        // A weight per column, read transposed too, broadcasts along the split row: it is not
+        // split itself.
+        let g = declared(
+            "{ n: { value: 100000, dynamic: true }, c: 8 }",
+            "{ x: \"f32[n, c]\", w: \"f32[1, c]\" }",
+            "{ y: \"f32[n, c]\" }",
+            "y = softmax(x * w, axis=0)",
+        );
+        let t = crate::plan::columns::transpose_columns(&g).expect("a column softmax");
+        let sg = split_rows(&t, 8).expect("applies").graph;
+        assert_eq!(sg.ids().filter(|id| matches!(sg.node(*id).op, Op::Split(_))).count(), 1, "x only");
         for at in [[("n", 4000)], [("n", 8)]] {
             let e = split_error(&t, 8, &at);
             assert!(e < 1e-12, "{at:?}: {e}");
