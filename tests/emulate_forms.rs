@@ -91,3 +91,26 @@ fn a_running_max_that_stops_growing_rescales_its_sum_by_exactly_one() {
         assert!(e < 2e-5, "seed {seed}: {e} ({} kernels)", launch.kernels.len());
     }
 }
+
+#[test]
+fn a_row_sum_of_one_column_counts_it_once() {
+    // `softmax` over the unit last axis of a matrix-vector product: one everywhere. The kernel
+    // holds the product one value per row, which every lane holds alike; its row sum visited
+    // each lane's columns and counted the value once per lane (32 times over 4 column warps),
+    // so the result was 1/32.
+    let text = "kernels:\n  - name: unit_softmax\n    dims: { s: { value: 512, dynamic: true }, k: 200 }\n    \
+                inputs: { x: \"f16[s, k]\", v: \"f32[k, 1]\" }\n    outputs: { y: \"f32[s, 1]\" }\n    body: |\n      \
+                y = softmax(matmul(x, v))\n";
+    let g = check_source(text.as_bytes()).expect("checks").kernels.remove(0).1;
+    let (cands, stats) = candidates(&g, &Targets::new(&[SM80]), 1, "cleave_unit_softmax").expect("schedules");
+    let launch = &cands.first().unwrap_or_else(|| panic!("{stats:?}")).launch;
+    let plan = plan_data(launch, "unit_softmax").expect("plan");
+    let lib = emulate::compile(launch, &plan).expect("builds for the emulator");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("s").expect("s").index()] = 37;
+    let inputs = random_inputs(&g, &b, 8, &InputScale { default: 2.0, per_input: vec![] });
+    let want = eval(&g, &b, &inputs).expect("reference");
+    let got = lib.run(launch, &b, &inputs, 5).expect("runs");
+    let e = max_rel_err(&got[0].data, &want[0].data);
+    assert!(e < 1e-6, "{e}");
+}

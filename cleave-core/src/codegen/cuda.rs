@@ -1116,8 +1116,11 @@ impl Gen<'_> {
                 self.open_cols(cols);
                 let cond = self.limits_ok(mask, "col", Some(self.col_ext));
                 let v = self.expr(expr);
-                // Padding columns exist only when the warps' fragments overhang the tile.
-                let inside = if self.col_ext > cols { format!("col < {cols} && ") } else { String::new() };
+                // Padding columns exist only when the warps' fragments overhang the tile. A
+                // value of one column is held by every lane alike (its column extent is 1), but
+                // the loop still visits each lane's columns: a sum must count one of them.
+                let covered = self.frag_tiles(cols) * 8 * u64::from(self.k.warps.n);
+                let inside = if covered > cols { format!("col < {cols} && ") } else { String::new() };
                 self.line(&format!("if ({inside}{cond}) part = {combine}(part, {v});"));
                 self.close();
             }
