@@ -15,8 +15,6 @@
 #[path = "../cleave-core/tests/generator/mod.rs"]
 mod generator;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use cleave::emulate;
 use cleave::runtime::host::EmuOptions;
 use cleave_core::codegen::plan::plan_data;
@@ -24,7 +22,7 @@ use cleave_core::graph::Bindings;
 use cleave_core::pipeline::{compile, Options};
 use cleave_core::plan::Kernel;
 use cleave_core::reference::{random_inputs, InputScale};
-use generator::{checked, env_u64, generate, options, Oracle};
+use generator::{caught, checked, env_u64, generate, options, Oracle};
 
 /// Runs one case's best launch on the emulator; `Err` describes a failure.
 fn run_case(seed: u64, opts: &Options) -> Result<(), String> {
@@ -56,14 +54,8 @@ fn generated_declarations_run_correctly_as_cuda_on_the_emulator() {
     let opts = options();
     let mut failures = Vec::new();
     for seed in first..first + cases {
-        match catch_unwind(AssertUnwindSafe(|| run_case(seed, &opts))) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(e),
-            Err(p) => {
-                let msg =
-                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-                failures.push(format!("seed {seed}: panic: {}\n{}", msg.unwrap_or_default(), generate(seed).yaml));
-            }
+        if let Err(e) = caught(seed, || run_case(seed, &opts)) {
+            failures.push(e);
         }
     }
     eprintln!("{cases} generated declarations on the emulator, {} failures", failures.len());

@@ -16,13 +16,11 @@
 
 mod generator;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use cleave_core::graph::Bindings;
 use cleave_core::pipeline::{compile, Options};
 use cleave_core::plan::{interp, Kernel};
 use cleave_core::reference::{random_inputs, InputScale};
-use generator::{checked, env_u64, generate, options, Oracle};
+use generator::{caught, checked, env_u64, generate, options, Oracle};
 
 /// Runs one case; `Err` describes a failure.
 fn run_case(seed: u64, opts: &Options) -> Result<usize, String> {
@@ -79,14 +77,9 @@ fn generated_declarations_compile_to_correct_launches() {
     // Seeds past the default range whose declarations once found a bug, kept as regressions.
     let regressions = [434, 580, 620, 773, 1169, 4214, 5386, 6395, 6963, 41708, 90486];
     for seed in (first..first + cases).chain(regressions) {
-        match catch_unwind(AssertUnwindSafe(|| run_case(seed, &opts))) {
-            Ok(Ok(n)) => launches += n,
-            Ok(Err(e)) => failures.push(e),
-            Err(p) => {
-                let msg =
-                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-                failures.push(format!("seed {seed}: panic: {}\n{}", msg.unwrap_or_default(), generate(seed).yaml));
-            }
+        match caught(seed, || run_case(seed, &opts)) {
+            Ok(n) => launches += n,
+            Err(e) => failures.push(e),
         }
     }
     eprintln!("{cases} generated declarations, {launches} launches checked, {} failures", failures.len());

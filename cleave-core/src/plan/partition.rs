@@ -212,9 +212,10 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             split_dep[id.index()] = matches!(n.op, Op::Split(_)) || n.args.iter().any(|a| split_dep[a.index()]);
         }
         for id in (0..g.nodes.len() as u32).rev().map(NodeId) {
-            let elementwise = matches!(g.node(id).op, Op::Unary(_) | Op::Binary(_) | Op::Mask(_) | Op::Transpose);
+            let elementwise_or_view =
+                matches!(g.node(id).op, Op::Unary(_) | Op::Binary(_) | Op::Mask(_) | Op::Transpose);
             let for_combine = users[id.index()].iter().all(|u| matches!(part[u.index()], Part::Combine | Part::Unused));
-            if part[id.index()] == Part::Split && elementwise && !split_dep[id.index()] && for_combine {
+            if part[id.index()] == Part::Split && elementwise_or_view && !split_dep[id.index()] && for_combine {
                 part[id.index()] = Part::Combine;
             }
         }

@@ -603,6 +603,15 @@ fn one_ulp(x: f32, away: bool) -> f32 {
     }
 }
 
+/// `run`'s result for the case of `seed`, a panic in it reported as a failure that names the
+/// seed and prints the declaration.
+pub(crate) fn caught<T>(seed: u64, run: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        Err(format!("seed {seed}: panic: {}\n{}", msg.unwrap_or_default(), generate(seed).yaml))
+    })
+}
+
 /// A count or seed from the environment.
 pub(crate) fn env_u64(key: &str, default: u64) -> u64 {
     std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
