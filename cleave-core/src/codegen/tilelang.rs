@@ -2,11 +2,18 @@
 //! plan (an oracle for the CUDA backend where TileLang is installed).
 //!
 //! Each kernel becomes a `@T.prim_func` with one `T.Kernel` over the same grid; shared tiles
-//! are `T.alloc_shared`, register tiles `T.alloc_fragment`; loads and stores are `T.copy`,
-//! products `T.gemm`, row reductions `T.reduce_max` / `T.reduce_sum`, elementwise statements
-//! `T.Parallel` loops, and sequential loops `T.Pipelined` with two stages, as the CUDA backend
-//! double-buffers them. Dynamic dims are `T.symbolic` variables.
+//! are `T.alloc_shared`, register tiles `T.alloc_fragment`; loads and stores are `T.copy`
+//! where TileLang's copy means the same (equal non-unit extents, no limits but the tensor's
+//! bounds, which its safe-memory pass enforces) and element loops otherwise, products
+//! `T.gemm`, row reductions `T.reduce_max` / `T.reduce_sum`, elementwise statements
+//! `T.Parallel` loops, and sequential loops `T.Pipelined` with the CUDA backend's stages.
+//! Runtime extents (declared dims and split counts) are `T.symbolic` variables; a scalar input
+//! is a one-element tensor.
+//!
+//! The tests run this text on a CPU stand-in of `tilelang.language` that is strict where a GPU
+//! would be silently wrong (`tests/generated_tilelang.rs`).
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use super::ident;
@@ -59,7 +66,9 @@ pub fn emit_launch(launch: &Launch, title: &str) -> String {
             laid_out.join(", ")
         );
     }
-    for (_, d) in dims.iter().filter(|(_, d)| d.dynamic && d.kind == DimKind::Plain) {
+    // Every runtime extent the kernels take: declared dims and split counts chosen at launch;
+    // a part of a split is written as its quotient.
+    for (_, d) in dims.iter().filter(|(_, d)| d.dynamic && !matches!(d.kind, DimKind::SplitChunk { .. })) {
         let _ = writeln!(out, "{} = T.symbolic({:?})", ident(&d.name), d.name);
     }
     for k in &launch.kernels {
@@ -92,6 +101,15 @@ struct Py<'a> {
     out: String,
     depth: usize,
     temps: usize,
+    /// The columns of the element loop being written, which a shared tile narrower than it
+    /// must not be read past.
+    loop_cols: u64,
+    /// Each buffer's Python name, unique in the kernel.
+    buf_names: Vec<String>,
+    /// Each buffer's rows as allocated: a shared left operand of a product with fewer rows than
+    /// the block (the one row of a decode query) is padded to the block's rows, with zeros,
+    /// since `T.gemm` takes an `M`-row operand for an `M`-row accumulator.
+    alloc_rows: Vec<u64>,
 }
 
 impl Py<'_> {
@@ -149,9 +167,9 @@ impl Py<'_> {
     }
 
     /// The element `[i, j]` of a transposed tile of `tensor` (its row `i` is the tensor's last
-    /// axis), zero outside the tile's limits.
-    fn transposed_read(&self, tensor: &str, tm: &TMap) -> String {
-        let (at, ok) = self.transposed_element(tm);
+    /// axis) for a `rows` × `cols` loop, zero outside the tile.
+    fn transposed_read(&self, tensor: &str, tm: &TMap, rows: u64, cols: u64) -> String {
+        let (at, ok) = self.transposed_element(tm, rows, cols);
         let read = format!("{tensor}[{at}]");
         if ok.is_empty() {
             read
@@ -161,20 +179,23 @@ impl Py<'_> {
     }
 
     /// The index of element `[i, j]` of a transposed tile `tm` (its row `i` is the tensor's
-    /// last axis, its column `j` the one before) and the condition that it lies inside the
-    /// tile's limits (empty: always).
-    fn transposed_element(&self, tm: &TMap) -> (String, String) {
+    /// last axis, its column `j` the one before) for a `rows` × `cols` loop, and the condition
+    /// that it lies inside the tile's extents and limits (empty: always).
+    fn transposed_element(&self, tm: &TMap, rows: u64, cols: u64) -> (String, String) {
         let r = tm.axes.len();
         let mut idx = Vec::new();
         let mut ok = Vec::new();
         for (a, ax) in tm.axes.iter().enumerate() {
-            let local = if a + 1 == r {
-                "i"
+            let (local, span) = if a + 1 == r {
+                ("i", rows)
             } else if a + 2 == r {
-                "j"
+                ("j", cols)
             } else {
-                "0"
+                ("0", 1)
             };
+            if span > ax.extent {
+                ok.push(format!("{local} < {}", ax.extent));
+            }
             idx.push(format!("{} + {local}", self.affine(&ax.offset)));
             if !ax.limits.is_empty() {
                 ok.push(self.limits(&ax.limits, local));
@@ -183,8 +204,76 @@ impl Py<'_> {
         (idx.join(", "), ok.join(" and "))
     }
 
+    /// The index of block element `(row, col)` in the tensor tile `tm`, for an element loop of
+    /// `rows` × `cols`: the leading axes take the row, row-major (the axis before the last
+    /// varies fastest), the last axis the column. Also the condition (empty: always) that the
+    /// element lies inside every axis's limits and is one of the tile's: rows past the leading
+    /// axes' product (a 16-row block over 8 rows of a tensor) and columns past the last axis's
+    /// extent hold nothing. A tensor tile holds no more: past an axis's limits lies another
+    /// block's part, which the tensor's own bounds do not keep out.
+    fn element(&self, tm: &TMap, row: &str, col: &str, rows: u64, cols: u64) -> (String, String) {
+        let n = tm.axes.len();
+        if n == 0 {
+            let mut ok = Vec::new();
+            if rows > 1 {
+                ok.push(format!("{row} == 0"));
+            }
+            if cols > 1 {
+                ok.push(format!("{col} == 0"));
+            }
+            return ("()".into(), ok.join(" and "));
+        }
+        let lead: u64 = tm.axes[..n - 1].iter().map(|a| a.extent).product();
+        let mut idx = vec![String::new(); n];
+        let mut ok = Vec::new();
+        let mut stride = 1u64;
+        for a in (0..n).rev() {
+            let ax = &tm.axes[a];
+            let local = if a + 1 == n {
+                if cols > ax.extent {
+                    ok.push(format!("{col} < {}", ax.extent));
+                }
+                if cols > 1 {
+                    col.to_string()
+                } else {
+                    "0".to_string()
+                }
+            } else if ax.extent == 1 {
+                "0".to_string()
+            } else {
+                let shifted = if stride == 1 { row.to_string() } else { format!("{row} // {stride}") };
+                let outermost = tm.axes[..a].iter().all(|x| x.extent == 1);
+                let local = if outermost { shifted } else { format!("{shifted} % {}", ax.extent) };
+                stride *= ax.extent;
+                local
+            };
+            idx[a] =
+                if local == "0" { self.affine(&ax.offset) } else { format!("{} + {local}", self.affine(&ax.offset)) };
+            if !ax.limits.is_empty() {
+                ok.push(self.limits(&ax.limits, &local));
+            }
+        }
+        if rows > lead {
+            ok.push(format!("{row} < {lead}"));
+        }
+        ok.reverse();
+        (idx.join(", "), ok.join(" and "))
+    }
+
+    /// Whether `T.copy` moves the tensor tile `tm` of `tensor` (its axes' dims) to or from a
+    /// block buffer of `shape` element for element: TileLang pairs the two regions' non-unit
+    /// axes in order and clips only at the tensor's bounds, so the tile must have the same
+    /// non-unit extents and no limits but those bounds (the ragged end of a dynamic axis).
+    fn copyable(tm: &TMap, tensor: &[Option<DimVar>], shape: &[u64]) -> bool {
+        let ext: Vec<u64> = tm.axes.iter().map(|a| a.extent).filter(|&e| e != 1).collect();
+        let buf: Vec<u64> = shape.iter().copied().filter(|&e| e != 1).collect();
+        let bounds_only =
+            tm.axes.iter().zip(tensor).all(|(a, d)| a.limits.iter().all(|l| Some(l.bound) == *d && l.base == a.offset));
+        !ext.is_empty() && ext == buf && tm.axes.len() == tensor.len() && bounds_only
+    }
+
     fn name(&self, b: BufId) -> String {
-        self.k.buf(b).name.clone()
+        self.buf_names[b.0 as usize].clone()
     }
 
     fn limits(&self, ls: &[Limit], local: &str) -> String {
@@ -208,19 +297,32 @@ impl Py<'_> {
                 let r = if rows == 1 { "0" } else { "i" };
                 let c = if cols == 1 { "0" } else { "j" };
                 let v = format!("{}[{r}, {c}]", self.name(*b));
-                if dtype == DType::F32 {
+                let v = if dtype == DType::F32 { v } else { format!("T.cast({v}, \"float32\")") };
+                // A tile of fewer rows than the block (8 rows of a tensor under 16-row MMA
+                // tiles) or fewer columns than the loop has nothing past its end; those
+                // elements are padding, zero as the rows a partial tile lacks.
+                let mut guards = Vec::new();
+                if rows > 1 && rows < self.k.rows {
+                    guards.push(format!("i < {rows}"));
+                }
+                if cols > 1 && cols < self.loop_cols {
+                    guards.push(format!("j < {cols}"));
+                }
+                if guards.is_empty() {
                     v
                 } else {
-                    format!("T.cast({v}, \"float32\")")
+                    format!("T.if_then_else({}, {v}, 0.0)", guards.join(" and "))
                 }
             }
             Expr::Src(Src::Column(b)) => {
-                let BufKind::Smem { dtype, .. } = self.k.buf(*b).kind else { unreachable!() };
+                let BufKind::Smem { dtype, rows, .. } = self.k.buf(*b).kind else { unreachable!() };
                 let v = format!("{}[j, 0]", self.name(*b));
-                if dtype == DType::F32 {
-                    v
+                let v = if dtype == DType::F32 { v } else { format!("T.cast({v}, \"float32\")") };
+                // The tile's rows are the loop's columns; past them it has nothing.
+                if rows < self.loop_cols {
+                    format!("T.if_then_else(j < {rows}, {v}, 0.0)")
                 } else {
-                    format!("T.cast({v}, \"float32\")")
+                    v
                 }
             }
             Expr::Unary(u, a) => {
@@ -284,18 +386,23 @@ impl Py<'_> {
         }
     }
 
-    /// A fragment holding `e` (the expression itself when it already is one).
-    fn materialize(&mut self, e: &Expr, cols: u64) -> String {
+    /// A fragment holding `e` over `cols` columns (the expression itself when it already is
+    /// one), and whether it is a column of rows, indexed `[i]`; `two_d` asks for `[i, j]`
+    /// indexing even of one column, as a reduction along axis 1 needs.
+    fn materialize(&mut self, e: &Expr, cols: u64, two_d: bool) -> (String, bool) {
         if let Expr::Src(Src::Reg(b)) = e {
-            if !matches!(self.k.buf(*b).kind, BufKind::Rows) || cols == 1 {
-                return self.name(*b);
+            match self.k.buf(*b).kind {
+                BufKind::Rows if cols == 1 && !two_d => return (self.name(*b), true),
+                BufKind::Frag { cols: c, .. } if c == cols => return (self.name(*b), false),
+                _ => {}
             }
         }
         let rows = self.k.rows;
         self.temps += 1;
         let t = format!("tmp{}", self.temps);
+        self.loop_cols = cols;
         let v = self.expr(e);
-        if cols == 1 {
+        if cols == 1 && !two_d {
             self.line(&format!("{t} = T.alloc_fragment(({rows},), \"float32\")"));
             self.line(&format!("for i in T.Parallel({rows}):"));
             self.line(&format!("    {t}[i] = {v}"));
@@ -304,7 +411,7 @@ impl Py<'_> {
             self.line(&format!("for i, j in T.Parallel({rows}, {cols}):"));
             self.line(&format!("    {t}[i, j] = {v}"));
         }
-        t
+        (t, cols == 1 && !two_d)
     }
 
     fn stmts(&mut self, body: &[Stmt]) {
@@ -317,17 +424,37 @@ impl Py<'_> {
         let rows = self.k.rows;
         match s {
             Stmt::Load { dst, param, tmap, trans: false } => {
-                let p = &self.k.params[param.0 as usize].name;
-                self.line(&format!("T.copy({}[{}], {})", ident(p), self.slices(tmap), self.name(*dst)));
+                let p = ident(&self.k.params[param.0 as usize].name);
+                let BufKind::Smem { cols: tc, .. } = self.k.buf(*dst).kind else { unreachable!() };
+                let tr = self.alloc_rows[dst.0 as usize];
+                if Self::copyable(tmap, &self.k.params[param.0 as usize].shape, &[tr, tc]) {
+                    self.line(&format!("T.copy({p}[{}], {})", self.slices(tmap), self.name(*dst)));
+                } else {
+                    // Element by element where the tile merges several axes into its rows or
+                    // stops at limits inside the tensor; elements outside read as zero.
+                    let (at, ok) = self.element(tmap, "i", "j", tr, tc);
+                    let read = if ok.is_empty() {
+                        format!("{p}[{at}]")
+                    } else {
+                        format!("T.if_then_else({ok}, {p}[{at}], 0)")
+                    };
+                    self.line(&format!("for i, j in T.Parallel({tr}, {tc}):"));
+                    self.line(&format!("    {}[i, j] = {read}", self.name(*dst)));
+                }
             }
             Stmt::Load { dst, param, tmap, trans: true } => {
                 // Element by element: the shared tile's rows run along the tensor's last axis.
                 let p = &self.k.params[param.0 as usize].name;
                 let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.buf(*dst).kind else { unreachable!() };
                 self.line(&format!("for i, j in T.Parallel({tr}, {tc}):"));
-                self.line(&format!("    {}[i, j] = {}", self.name(*dst), self.transposed_read(&ident(p), tmap)));
+                self.line(&format!(
+                    "    {}[i, j] = {}",
+                    self.name(*dst),
+                    self.transposed_read(&ident(p), tmap, tr, tc)
+                ));
             }
             Stmt::Assign { dst, expr } => {
+                self.loop_cols = self.cols(*dst);
                 let v = self.expr(expr);
                 let d = self.name(*dst);
                 if matches!(self.k.buf(*dst).kind, BufKind::Rows) {
@@ -346,7 +473,7 @@ impl Py<'_> {
                     let fill = if *op == ReduceOp::Max { f64::NEG_INFINITY } else { 0.0 };
                     Expr::MaskCols(Box::new(expr.clone()), mask.clone(), fill)
                 };
-                let src = self.materialize(&masked, *cols);
+                let (src, _) = self.materialize(&masked, *cols, true);
                 let f = if *op == ReduceOp::Max { "T.reduce_max" } else { "T.reduce_sum" };
                 self.line(&format!(
                     "{f}({src}, {}, dim=1, clear={})",
@@ -379,23 +506,41 @@ impl Py<'_> {
                 ));
             }
             Stmt::Store { param, expr, cols, tmap, trans: false, .. } => {
-                let src = self.materialize(expr, *cols);
+                let (src, one_d) = self.materialize(expr, *cols, false);
                 let p = ident(&self.k.params[param.0 as usize].name);
-                self.line(&format!("T.copy({src}, {p}[{}])", self.slices(tmap)));
+                let shape = if one_d { vec![rows] } else { vec![rows, *cols] };
+                if Self::copyable(tmap, &self.k.params[param.0 as usize].shape, &shape) {
+                    self.line(&format!("T.copy({src}, {p}[{}])", self.slices(tmap)));
+                } else {
+                    // Element by element where the tile merges several axes into its rows,
+                    // stops at limits inside the tensor or has fewer rows than the block.
+                    let lead: u64 = tmap.axes.iter().rev().skip(1).map(|a| a.extent).product();
+                    let stored = rows.min(lead);
+                    let (at, ok) = self.element(tmap, "i", "j", stored, *cols);
+                    let elem = if one_d { format!("{src}[i]") } else { format!("{src}[i, j]") };
+                    self.line(&format!("for i, j in T.Parallel({stored}, {cols}):"));
+                    if ok.is_empty() {
+                        self.line(&format!("    {p}[{at}] = {elem}"));
+                    } else {
+                        self.line(&format!("    if {ok}:"));
+                        self.line(&format!("        {p}[{at}] = {elem}"));
+                    }
+                }
             }
             Stmt::Store { param, expr, cols, tmap, trans: true, .. } => {
-                let src = self.materialize(expr, *cols);
+                let (src, one_d) = self.materialize(expr, *cols, false);
+                let src = if one_d { format!("{src}[i]") } else { format!("{src}[i, j]") };
                 let p = ident(&self.k.params[param.0 as usize].name);
-                let (at, ok) = self.transposed_element(tmap);
                 // The block's rows past the tile's last axis (16 over 8 columns of a tensor)
                 // hold nothing to store.
                 let stored = tmap.axes.last().map_or(rows, |a| a.extent.min(rows));
+                let (at, ok) = self.transposed_element(tmap, stored, *cols);
                 self.line(&format!("for i, j in T.Parallel({stored}, {cols}):"));
                 if ok.is_empty() {
-                    self.line(&format!("    {p}[{at}] = {src}[i, j]"));
+                    self.line(&format!("    {p}[{at}] = {src}"));
                 } else {
                     self.line(&format!("    if {ok}:"));
-                    self.line(&format!("        {p}[{at}] = {src}[i, j]"));
+                    self.line(&format!("        {p}[{at}] = {src}"));
                 }
             }
             Stmt::Loop { iter, dim, tile, body } => {
@@ -416,13 +561,50 @@ impl Py<'_> {
     }
 }
 
+/// Calls `f` on every statement of `body`, loop bodies included.
+fn for_each_stmt(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+    for s in body {
+        f(s);
+        if let Stmt::Loop { body, .. } = s {
+            for_each_stmt(body, f);
+        }
+    }
+}
+
 fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
-    let mut py = Py { k, dims, names: &k.names, out: String::new(), depth: 0, temps: 0 };
+    // Buffers are named after what they hold, and two may hold tiles of one tensor (of
+    // different shapes) or share a parameter's name (a stored running max read back as a
+    // tile); Python would let the later one replace the earlier, so repeats get their index.
+    let mut taken: BTreeSet<String> = k.params.iter().map(|p| ident(&p.name)).collect();
+    taken.insert("T".into());
+    let mut buf_names = Vec::new();
+    for (i, b) in k.bufs.iter().enumerate() {
+        let mut n = ident(&b.name);
+        if !taken.insert(n.clone()) {
+            n = format!("{n}_{i}");
+            taken.insert(n.clone());
+        }
+        buf_names.push(n);
+    }
+    let mut alloc_rows: Vec<u64> =
+        k.bufs.iter().map(|b| if let BufKind::Smem { rows, .. } = b.kind { rows } else { k.rows }).collect();
+    for_each_stmt(&k.body, &mut |s| {
+        if let Stmt::Mma { a: MmaA::Smem { buf, trans: false }, .. } = s {
+            let r = &mut alloc_rows[buf.0 as usize];
+            *r = (*r).max(k.rows);
+        }
+    });
+    let mut py =
+        Py { k, dims, names: &k.names, out: String::new(), depth: 0, temps: 0, loop_cols: 1, buf_names, alloc_rows };
     let params: Vec<String> = k
         .params
         .iter()
         .map(|p| {
-            let shape: Vec<String> = p.shape.iter().map(|d| d.map_or("1".to_string(), |v| py.dim(v))).collect();
+            // A scalar input is a one-element tensor, read as `x[0]`.
+            let mut shape: Vec<String> = p.shape.iter().map(|d| d.map_or("1".to_string(), |v| py.dim(v))).collect();
+            if p.is_scalar() {
+                shape.push("1".into());
+            }
             let shape = if shape.len() == 1 { format!("({},)", shape[0]) } else { format!("({})", shape.join(", ")) };
             format!("{}: T.Tensor({shape}, \"{}\")", ident(&p.name), ty(p.dtype))
         })
@@ -444,15 +626,17 @@ fn emit_kernel(k: &TileKernel, dims: &DimTable) -> String {
         if bx.len() == 1 { "," } else { "" }
     ));
     py.depth = 2;
-    for b in &k.bufs {
+    for (i, b) in k.bufs.iter().enumerate() {
+        let name = py.buf_names[i].clone();
         match b.kind {
-            BufKind::Smem { dtype, rows, cols } => {
-                py.line(&format!("{} = T.alloc_shared(({rows}, {cols}), \"{}\")", b.name, ty(dtype)))
+            BufKind::Smem { dtype, cols, .. } => {
+                let rows = py.alloc_rows[i];
+                py.line(&format!("{name} = T.alloc_shared(({rows}, {cols}), \"{}\")", ty(dtype)))
             }
             BufKind::Frag { cols, .. } => {
-                py.line(&format!("{} = T.alloc_fragment(({}, {cols}), \"float32\")", b.name, k.rows))
+                py.line(&format!("{name} = T.alloc_fragment(({}, {cols}), \"float32\")", k.rows))
             }
-            BufKind::Rows => py.line(&format!("{} = T.alloc_fragment(({},), \"float32\")", b.name, k.rows)),
+            BufKind::Rows => py.line(&format!("{name} = T.alloc_fragment(({},), \"float32\")", k.rows)),
         }
     }
     py.stmts(&k.body);
