@@ -7,60 +7,16 @@
 //! `CLEAVE_CORPUS_TABLE=FILE` writes the table of results (dims, kernel kinds, error,
 //! tolerance) that `bench/RESULTS.md` quotes.
 
+#[path = "corpus/entries.rs"]
+mod entries;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
 use cleave_core::front::check_source;
-use cleave_core::graph::{BinaryOp, Op, ReduceOp, UnaryOp, ValidGraph};
-
-/// One corpus kernel: its file, name, graph and the arguments of its `# run:` comment.
-struct Entry {
-    file: PathBuf,
-    name: String,
-    graph: ValidGraph,
-    args: Vec<String>,
-}
-
-fn corpus() -> Vec<Entry> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/corpus")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("corpus file");
-        let module =
-            check_source(text.as_bytes()).unwrap_or_else(|d| panic!("{} does not check: {d:?}", file.display()));
-        // The `# run:` comment right above a `- name:` line gives that kernel's arguments.
-        let mut run_args: Vec<(String, Vec<String>)> = Vec::new();
-        let mut pending: Option<Vec<String>> = None;
-        for line in text.lines() {
-            let t = line.trim();
-            if let Some(rest) = t.strip_prefix("# run:") {
-                pending = Some(rest.split_whitespace().map(str::to_string).collect());
-            } else if let Some(name) = t.strip_prefix("- name:") {
-                let args = pending
-                    .take()
-                    .unwrap_or_else(|| panic!("{}: `{}` has no `# run:` line", file.display(), name.trim()));
-                run_args.push((name.trim().to_string(), args));
-            }
-        }
-        for (decl, graph) in module.kernels {
-            let args = run_args
-                .iter()
-                .find(|(n, _)| *n == decl.name)
-                .map(|(_, a)| a.clone())
-                .unwrap_or_else(|| panic!("{}: no run line for {}", file.display(), decl.name));
-            out.push(Entry { file: file.clone(), name: decl.name.clone(), graph, args });
-        }
-    }
-    out
-}
+use cleave_core::graph::{BinaryOp, Op, ReduceOp, UnaryOp};
+use entries::corpus;
 
 #[test]
 fn the_corpus_is_large_distinct_and_covers_the_language() {
@@ -75,6 +31,10 @@ fn the_corpus_is_large_distinct_and_covers_the_language() {
     }
     for e in &entries {
         assert!(names.insert(e.name.clone()), "kernel name `{}` is used twice", e.name);
+        // Every `# run:` line names only dims of its kernel, and scales that parse.
+        if let Err(err) = e.run() {
+            panic!("{}: {err}", e.name);
+        }
     }
     // What the graphs contain, over the whole corpus.
     let mut unary = BTreeSet::new();

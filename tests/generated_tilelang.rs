@@ -1,20 +1,21 @@
-//! The generator's random declarations (`cleave-core/tests/generator/`) as TileLang: each
-//! case's best launch is emitted as a TileLang module and executed on a CPU stand-in of
-//! `tilelang.language` (`tests/tilelang_cpu/`), against the oracle the interpreter and the
-//! emulator runs use. The stand-in reads a global tensor past its shape as zero, as TileLang's
-//! safe-memory-access pass does, and stops at any index past a shared tile or a fragment, at a
-//! `T.copy` between regions of different shapes and at a product or reduction of mismatched
-//! operands; so a TileLang module that would be wrong on a GPU fails here, not just one that
-//! Python cannot parse.
+//! TileLang text run on a CPU stand-in of `tilelang.language` (`tests/tilelang_cpu/`), against
+//! the oracle the interpreter and the emulator runs use (`cleave-core/tests/generator/`). The
+//! stand-in reads a global tensor past its shape as zero, as TileLang's safe-memory-access pass
+//! does, and stops at any index past a shared tile or a fragment, at a `T.copy` between regions
+//! of different shapes and at a product or reduction of mismatched operands; so a TileLang
+//! module that would be wrong on a GPU fails here, not just one that Python cannot parse.
 //!
-//! A fallback stage has no TileLang rendering, so each case runs its best launch of tile kernels
-//! alone; cases with none are counted apart.
-//! `CLEAVE_GEN_TL_CASES=N` sets the number of cases (default 40), `CLEAVE_GEN_SEED=S` the first
-//! seed, the same seeds as the other two runs.
+//! What runs: the generator's random declarations, the paper's transformed forms, loops split
+//! across blocks at ragged extents, and the corpus. A fallback stage has no TileLang
+//! rendering, so each runs its best launch of tile kernels alone; those with none are counted
+//! apart. `CLEAVE_GEN_TL_CASES=N` sets the number of generated cases (default 120),
+//! `CLEAVE_GEN_SEED=S` the first seed, the same seeds as the other two runs.
 
 // The summary line goes to stderr, where `cargo test` shows it.
 #![allow(clippy::print_stderr)]
 
+#[path = "corpus/entries.rs"]
+mod entries;
 #[path = "../cleave-core/tests/generator/mod.rs"]
 mod generator;
 
@@ -30,6 +31,7 @@ use cleave_core::pipeline::{candidates, compile, Options};
 use cleave_core::plan::program::Binding;
 use cleave_core::plan::{Kernel, Launch, WorkspaceType};
 use cleave_core::reference::{random_inputs, InputScale, Tensor};
+use entries::corpus;
 use generator::{caught, checked, env_u64, generate, options, Oracle};
 
 /// What happened to one case.
@@ -293,4 +295,44 @@ fn split_loops_run_correctly_as_tilelang() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The corpus (`tests/corpus/`) at the extents and scales of its `# run:` lines, each kernel's
+/// best launch of tile kernels under the generator's bounded search. Kernels over paged or
+/// ragged requests are left out: the TileLang text addresses their tensors densely, not
+/// through the page and offset tables the CUDA reads.
+#[test]
+fn corpus_kernels_run_correctly_as_tilelang() {
+    let dir = scratch("corpus_tilelang");
+    let opts = options();
+    let (mut failures, mut run, mut fallback) = (Vec::new(), 0, 0);
+    for (i, e) in corpus().iter().enumerate() {
+        let g = &e.graph;
+        let requests = g.dims.iter().any(|(_, d)| d.per_request.is_some());
+        if requests || g.inputs.iter().any(|x| x.decl.layout.is_some() || !x.decl.dtype.is_float()) {
+            continue;
+        }
+        let fail = |what: String| format!("{} ({}): {what}", e.name, e.file.display());
+        let checked = e.run().and_then(|(b, scale)| {
+            let compiled = compile(g, &opts).map_err(|err| format!("compile: {err}"))?;
+            let Some(launch) = first_tiled(compiled.ranked.iter().map(|r| &r.candidate.launch)) else {
+                return Ok(false);
+            };
+            let seed = 7 + i as u64;
+            let inputs = random_inputs(g, &b, seed, &scale);
+            let oracle = Oracle::new(g, &b, &inputs, seed)?;
+            check_launch(g, &b, launch, &inputs, &oracle, &e.name, &dir).map(|()| true)
+        });
+        match checked {
+            Ok(true) => run += 1,
+            Ok(false) => fallback += 1,
+            Err(err) => failures.push(fail(err)),
+        }
+    }
+    eprintln!(
+        "corpus as TileLang: {run} run, {fallback} with no launch of tile kernels alone, {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(run >= 60, "only {run} corpus kernels ran as TileLang");
 }

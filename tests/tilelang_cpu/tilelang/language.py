@@ -82,17 +82,16 @@ class Buffer:
 
     def _offset(self, idx):
         """The flat offset of `idx`, or None when it lies outside the shape."""
-        if not isinstance(idx, tuple):
+        if type(idx) is not tuple:
             idx = (idx,)
         if len(idx) != len(self.shape):
             raise ShimError(f"{self.name}: {len(idx)} indices for shape {self.shape}")
         off = 0
         for i, s, st in zip(idx, self.shape, self.strides):
-            i = int(i)
-            if i < 0 or i >= s:
+            if not 0 <= i < s:
                 return None
             off += i * st
-        return off
+        return int(off)
 
     def read(self, idx):
         off = self._offset(idx)
@@ -110,13 +109,31 @@ class Buffer:
             raise ShimError(f"write of {self.scope} {self.name}{self.shape} at {idx}")
         self.data[off] = self.round(float(value))
 
+    # The element loops index buffers millions of times; a two-index read or write of a 2-D
+    # buffer inside its shape skips the general path.
     def __getitem__(self, idx):
-        t = idx if isinstance(idx, tuple) else (idx,)
-        if any(isinstance(i, slice) for i in t):
-            return Region(self, t)
+        if type(idx) is tuple:
+            if len(idx) == 2 and len(self.shape) == 2:
+                i, j = idx
+                if type(i) is int and type(j) is int:
+                    rows, cols = self.shape
+                    if 0 <= i < rows and 0 <= j < cols:
+                        return self.data[i * cols + j]
+                    return self.read(idx)
+            for x in idx:
+                if type(x) is slice:
+                    return Region(self, idx)
+        elif type(idx) is slice:
+            return Region(self, (idx,))
         return self.read(idx)
 
     def __setitem__(self, idx, value):
+        if type(idx) is tuple and len(idx) == 2 and len(self.shape) == 2:
+            i, j = idx
+            rows, cols = self.shape
+            if type(i) is int and type(j) is int and 0 <= i < rows and 0 <= j < cols:
+                self.data[i * cols + j] = self.round(float(value))
+                return
         self.write(idx, value)
 
     def elements(self):
