@@ -313,9 +313,20 @@ struct Stack {
 
 // Stacks are mapped once and handed back here after every launch, so a process that launches
 // many kernels touches each stack's pages once (the mapping is lazy: untouched pages cost no
-// memory).
+// memory). Each emulated library has its own pool, and a process may load and unload hundreds
+// of them (a test that emulates many generated kernels), so the pool unmaps its stacks when
+// the library is unloaded: kept, they would pile up until the process ran out of mappings.
 class StackPool {
  public:
+  StackPool() = default;
+  StackPool(const StackPool&) = delete;
+  StackPool& operator=(const StackPool&) = delete;
+
+  ~StackPool() {
+    size_t page = size_t(sysconf(_SC_PAGESIZE));
+    for (const Stack& s : free_) munmap(s.lo - page, s.size + page);
+  }
+
   Stack get(size_t size) {
     {
       Lock lock(mu_);
