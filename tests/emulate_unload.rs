@@ -31,7 +31,7 @@ fn loading_and_dropping_a_kernel_many_times_keeps_the_mappings_bounded() {
     b.values[g.dims.find("s").expect("s").index()] = 37;
     b.complete(&g.dims);
     let inputs = random_inputs(&g, &b, 3, &InputScale { default: 2.0, per_input: vec![] });
-    let mut cycle = || {
+    let cycle = || {
         // A cached library: loaded, run and unloaded, as each case of a long test does.
         let lib = emulate::compile(launch, &plan).expect("builds for the emulator");
         lib.run(launch, &b, &inputs, 5).expect("runs");
