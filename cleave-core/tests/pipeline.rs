@@ -1390,3 +1390,31 @@ fn a_softmax_down_a_few_long_columns_splits_each_column_across_blocks() {
         assert!(e < tolerance(&g, &b, exp_arg), "{n} rows in {parts} chunks: {e}");
     }
 }
+
+#[test]
+fn an_output_the_algebra_reduces_to_an_input_is_stored_by_every_launch() {
+    // `transpose(transpose(x))` is `x`: an output whose node is the input itself, which no
+    // kernel of a partition computes. Beside a softmax down the columns (a row-first launch:
+    // the column sums first, the rest second) the second kernel left it unwritten.
+    let g = columns_kernel(
+        "c: { value: 16, dynamic: true }, a: 3",
+        "x: \"bf16[c, a]\"",
+        "p: \"f32[a, c]\", y: \"f32[c, a]\"",
+        "p = softmax(transpose(x), axis=0)\n      y = transpose(transpose(x))",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("c").expect("c").index()] = 22;
+    assert!(c.ranked.iter().any(|r| r.candidate.launch.kernels.len() > 1), "a launch of several kernels");
+    for r in &c.ranked {
+        let (got, want) = interpreted(&g, &r.candidate.launch, &b, 5, 2.0);
+        for (o, (x, w)) in got.iter().zip(&want).enumerate() {
+            let e = max_rel_err(&x.data, &w.data);
+            assert!(
+                e < tolerance(&g, &b, 8.0),
+                "output {o} of a launch of {} kernels: {e}",
+                r.candidate.launch.kernels.len()
+            );
+        }
+    }
+}

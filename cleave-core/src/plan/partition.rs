@@ -224,7 +224,8 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
         return Err(PartitionError::UncombinedSplit);
     }
     if !combine_roots.is_empty() {
-        if let Some(o) = g.outputs.iter().find(|o| part[o.node.index()] != Part::Combine) {
+        // The combine is the last kernel, which also stores the outputs that are leaves.
+        if let Some(o) = g.outputs.iter().find(|o| !matches!(part[o.node.index()], Part::Combine | Part::Leaf)) {
             return Err(PartitionError::OutputBeforeCombine(o.decl.name.clone()));
         }
     }
@@ -278,7 +279,7 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     let kernels = parts
         .iter()
         .enumerate()
-        .map(|(k, &p)| extract(g, &part, &recomputed, k, p, &workspaces))
+        .map(|(k, &p)| extract(g, &part, &recomputed, k, (p, k + 1 == parts.len()), &workspaces))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Partition { part, same_elements: super::rows::same_elements(g), recomputed, combine_roots, kernels, workspaces })
 }
@@ -365,13 +366,15 @@ fn operand_type(g: &Graph, part: &[Part], users: &[Vec<NodeId>], id: NodeId) -> 
 /// Builds the graph of kernel `k` of a partition, which computes the nodes of part `kernel`
 /// (and the nodes of earlier parts marked `again`): its nodes, the leaves they read, the
 /// workspaces of earlier kernels it reads as inputs, and as outputs the workspaces it writes
-/// and the graph outputs it computes.
+/// and the graph outputs it computes. The `last` kernel also stores the outputs that are
+/// leaves (an output the algebra reduced to an input, `transpose(transpose(x))`), which no
+/// part computes.
 pub(super) fn extract(
     g: &Graph,
     part: &[Part],
     again: &[bool],
     k: usize,
-    kernel: Part,
+    (kernel, last): (Part, bool),
     workspaces: &[Workspace],
 ) -> Result<KernelGraph, PartitionError> {
     let users = g.users();
@@ -382,7 +385,9 @@ pub(super) fn extract(
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let computes = |id: NodeId| part[id.index()] == kernel || again[id.index()];
-    let needs = |id: NodeId| users[id.index()].iter().any(|&u| computes(u));
+    let stores = |id: NodeId| part[id.index()] == kernel || (last && part[id.index()] == Part::Leaf);
+    let stored_leaf = |id: NodeId| last && part[id.index()] == Part::Leaf && g.outputs.iter().any(|o| o.node == id);
+    let needs = |id: NodeId| users[id.index()].iter().any(|&u| computes(u)) || stored_leaf(id);
     let workspace_decl = |w: usize, shape: Vec<Dim>| {
         TensorDecl::dense(workspaces[w].name.clone(), workspaces[w].ty.dtype().unwrap_or(DType::F32), shape)
     };
@@ -425,7 +430,7 @@ pub(super) fn extract(
         }
     }
     for (i, o) in g.outputs.iter().enumerate() {
-        if part[o.node.index()] == kernel {
+        if stores(o.node) {
             sub.add_output(o.decl.clone(), map[&o.node]);
             outputs.push(Binding::Output(i as u32));
         }

@@ -117,7 +117,7 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
         .iter()
         .zip(&again)
         .enumerate()
-        .map(|(k, (&p, again))| extract(g, &part, again, k, p, &workspaces))
+        .map(|(k, (&p, again))| extract(g, &part, again, k, (p, k + 1 == kernel_parts.len()), &workspaces))
         .collect::<Result<Vec<_>, _>>();
     let recomputed = (0..part.len()).map(|i| again.iter().any(|a| a[i])).collect();
     let same_elements = same_elements(g);
