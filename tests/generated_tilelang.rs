@@ -168,6 +168,20 @@ fn check_launch(
     oracle.check(graph, &got).map_err(|e| format!("{e} as TileLang"))
 }
 
+/// Draws inputs for `seed` at `scale`, then checks `launch` on them as [`check_launch`] does.
+fn check_at(
+    graph: &ValidGraph,
+    b: &Bindings,
+    launch: &Launch,
+    (seed, scale): (u64, &InputScale),
+    stem: &str,
+    dir: &Path,
+) -> Result<(), String> {
+    let inputs = random_inputs(graph, b, seed, scale);
+    let oracle = Oracle::new(graph, b, &inputs, seed)?;
+    check_launch(graph, b, launch, &inputs, &oracle, stem, dir)
+}
+
 fn run_case(seed: u64, opts: &Options, dir: &Path) -> Result<Outcome, String> {
     let case = generate(seed);
     let fail = |what: String| format!("seed {seed}: {what}\n{}", case.yaml);
@@ -177,9 +191,7 @@ fn run_case(seed: u64, opts: &Options, dir: &Path) -> Result<Outcome, String> {
         return Ok(Outcome::Fallback);
     };
     let scale = InputScale { default: case.scale, per_input: Vec::new() };
-    let inputs = random_inputs(&graph, &b, seed, &scale);
-    let oracle = Oracle::new(&graph, &b, &inputs, seed).map_err(fail)?;
-    check_launch(&graph, &b, launch, &inputs, &oracle, &format!("gen_{seed}"), dir)
+    check_at(&graph, &b, launch, (seed, &scale), &format!("gen_{seed}"), dir)
         .map_err(|e| fail(format!("{e} at {:?}", case.extents)))?;
     Ok(Outcome::Checked)
 }
@@ -239,11 +251,8 @@ fn transformed_forms_run_correctly_as_tilelang() {
             }
         }
         b.complete(&g.dims);
-        let seed = 11 + i as u64;
-        let inputs = random_inputs(g, &b, seed, &InputScale { default: 4.0, per_input: vec![] });
-        let checked = Oracle::new(g, &b, &inputs, seed)
-            .and_then(|oracle| check_launch(g, &b, launch, &inputs, &oracle, &g.name, &dir));
-        if let Err(e) = checked {
+        let scale = InputScale { default: 4.0, per_input: vec![] };
+        if let Err(e) = check_at(g, &b, launch, (11 + i as u64, &scale), &g.name, &dir) {
             failures.push(format!("{}: {e}", g.name));
         }
     }
@@ -286,11 +295,8 @@ fn split_loops_run_correctly_as_tilelang() {
             }
         }
         b.complete(&g.dims);
-        let seed = 101 + i as u64;
-        let inputs = random_inputs(g, &b, seed, &InputScale { default: 4.0, per_input: vec![] });
-        let checked = Oracle::new(g, &b, &inputs, seed)
-            .and_then(|oracle| check_launch(g, &b, launch, &inputs, &oracle, &g.name, &dir));
-        if let Err(e) = checked {
+        let scale = InputScale { default: 4.0, per_input: vec![] };
+        if let Err(e) = check_at(g, &b, launch, (101 + i as u64, &scale), &g.name, &dir) {
             failures.push(format!("{}: {e}", g.name));
         }
     }
@@ -318,10 +324,7 @@ fn corpus_kernels_run_correctly_as_tilelang() {
             let Some(launch) = first_tiled(compiled.ranked.iter().map(|r| &r.candidate.launch)) else {
                 return Ok(false);
             };
-            let seed = 7 + i as u64;
-            let inputs = random_inputs(g, &b, seed, &scale);
-            let oracle = Oracle::new(g, &b, &inputs, seed)?;
-            check_launch(g, &b, launch, &inputs, &oracle, &e.name, &dir).map(|()| true)
+            check_at(g, &b, launch, (7 + i as u64, &scale), &e.name, &dir).map(|()| true)
         });
         match checked {
             Ok(true) => run += 1,

@@ -414,6 +414,18 @@ impl Py<'_> {
         (t, cols == 1 && !two_d)
     }
 
+    /// An element loop over `rows` × `cols` that stores `value` to `target` where `ok` holds
+    /// (empty: everywhere).
+    fn store_loop(&mut self, (rows, cols): (u64, u64), target: &str, ok: &str, value: &str) {
+        self.line(&format!("for i, j in T.Parallel({rows}, {cols}):"));
+        if ok.is_empty() {
+            self.line(&format!("    {target} = {value}"));
+        } else {
+            self.line(&format!("    if {ok}:"));
+            self.line(&format!("        {target} = {value}"));
+        }
+    }
+
     fn stmts(&mut self, body: &[Stmt]) {
         for s in body {
             self.stmt(s);
@@ -518,13 +530,7 @@ impl Py<'_> {
                     let stored = rows.min(lead);
                     let (at, ok) = self.element(tmap, "i", "j", stored, *cols);
                     let elem = if one_d { format!("{src}[i]") } else { format!("{src}[i, j]") };
-                    self.line(&format!("for i, j in T.Parallel({stored}, {cols}):"));
-                    if ok.is_empty() {
-                        self.line(&format!("    {p}[{at}] = {elem}"));
-                    } else {
-                        self.line(&format!("    if {ok}:"));
-                        self.line(&format!("        {p}[{at}] = {elem}"));
-                    }
+                    self.store_loop((stored, *cols), &format!("{p}[{at}]"), &ok, &elem);
                 }
             }
             Stmt::Store { param, expr, cols, tmap, trans: true, .. } => {
@@ -535,13 +541,7 @@ impl Py<'_> {
                 // hold nothing to store.
                 let stored = tmap.axes.last().map_or(rows, |a| a.extent.min(rows));
                 let (at, ok) = self.transposed_element(tmap, stored, *cols);
-                self.line(&format!("for i, j in T.Parallel({stored}, {cols}):"));
-                if ok.is_empty() {
-                    self.line(&format!("    {p}[{at}] = {src}"));
-                } else {
-                    self.line(&format!("    if {ok}:"));
-                    self.line(&format!("        {p}[{at}] = {src}"));
-                }
+                self.store_loop((stored, *cols), &format!("{p}[{at}]"), &ok, &src);
             }
             Stmt::Loop { iter, dim, tile, body } => {
                 let n = self.names.name(*iter);
