@@ -1418,3 +1418,37 @@ fn an_output_the_algebra_reduces_to_an_input_is_stored_by_every_launch() {
         }
     }
 }
+
+#[test]
+fn a_computed_left_operand_keeps_the_precision_its_inputs_declared() {
+    // `-x` is computed, so the tensor cores would take it in the right operand's type. From f16
+    // inputs, bf16 drops three bits of mantissa; where the 96 terms of a row cancel, that moved
+    // the product by far more than any output's rounding (generated seed 134893: 0.46 where
+    // 0.16 was allowed; 0.32 here). Such a product is the fallback's, in f32; of one type it
+    // stays on the tensor cores, and an f32 source is rounded by design.
+    for (x, w, tensor_cores) in
+        [("f16", "bf16", false), ("bf16", "f16", false), ("f16", "f16", true), ("f32", "bf16", true)]
+    {
+        let g = columns_kernel(
+            "s: { value: 64, dynamic: true }, k: 96, n: 16",
+            &format!("x: \"{x}[s, k]\", w: \"{w}[k, n]\""),
+            "y: \"f16[s, n]\"",
+            "y = sigmoid(matmul(-x, w))",
+        );
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let products = |l: &Launch| -> usize { l.kernels.iter().filter_map(|k| k.tile()).map(|k| mmas(&k.body)).sum() };
+        if tensor_cores {
+            assert!(products(c.best()) > 0, "{x} × {w}: the tensor cores");
+            continue;
+        }
+        let mut b = Bindings::of_table(&g.dims);
+        b.values[g.dims.find("s").expect("s").index()] = 37;
+        for r in &c.ranked {
+            let l = &r.candidate.launch;
+            assert_eq!(products(l), 0, "{x} × {w}: no launch rounds `-x` for the tensor cores");
+            let (got, want) = interpreted(&g, l, &b, 134_893, 6.0);
+            let e = max_rel_err(&got[0].data, &want[0].data);
+            assert!(e < tolerance(&g, &b, 0.0), "{x} × {w}: {e}");
+        }
+    }
+}

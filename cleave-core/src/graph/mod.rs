@@ -193,7 +193,8 @@ impl Graph {
     }
 
     /// The type in which the tensor cores take the computed operand of product `m`, which is
-    /// rounded to it. A computed left operand takes the right input's type. A computed right
+    /// rounded to it. A computed left operand takes the right input's type, when it may be
+    /// rounded to it ([`Graph::rounds_to`]; otherwise the product is the fallback's). A computed right
     /// operand of more than one column is stored before the product in the one float type of
     /// the inputs it is computed from, which a left input must share; a product of one column
     /// is each row's dot product in f32 and rounds nothing. `None`: nothing is rounded (both
@@ -206,7 +207,7 @@ impl Graph {
         let input_type = |x: NodeId| self.viewed_input(x).map(|i| self.inputs[i].decl.dtype);
         match (input_type(n.args[0]), input_type(n.args[1])) {
             (Some(_), Some(_)) => None,
-            (None, Some(t)) => Some(t),
+            (None, Some(t)) => self.rounds_to(n.args[0], t).then_some(t),
             (left, None) => {
                 if n.shape.last() == Some(&Dim::One) {
                     return None;
@@ -215,6 +216,32 @@ impl Graph {
                 (left.is_none() || left == Some(t)).then_some(t)
             }
         }
+    }
+
+    /// Whether the value of `id` may be rounded to the 16-bit type `t` for the tensor cores:
+    /// every float input it is computed from is of type `t` or f32. A value computed from f16
+    /// inputs loses three bits of mantissa in bf16, and one computed from bf16 inputs loses
+    /// range in f16; after a sum that cancels either is far more than the declaration's
+    /// rounding. An f32 source is the declaration's choice of a wider type for the rest of the
+    /// graph, and mixed-precision products round it by design.
+    pub fn rounds_to(&self, id: NodeId, t: DType) -> bool {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![id];
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut seen[x.index()], true) {
+                continue;
+            }
+            match self.node(x).op {
+                Op::Input(i) => {
+                    let s = self.inputs[i as usize].decl.dtype;
+                    if s.is_float() && s != t && s != DType::F32 {
+                        return false;
+                    }
+                }
+                _ => stack.extend(self.node(x).args.iter().copied()),
+            }
+        }
+        true
     }
 
     /// The one float type of the inputs `id` is computed from; `None` when they differ or it

@@ -453,8 +453,17 @@ impl Lowerer<'_> {
             MmaA::Smem { buf, .. } => dtype_of(buf),
             MmaA::Frag(_) => None,
         };
-        if bt == DType::F32 || at.is_some_and(|t| t != bt) {
-            return Err(PlanError::MatmulDtypes { a: at.map_or("registers", DType::name), b: bt.name() });
+        // A register operand computed from 16-bit inputs of the other type would lose what
+        // they declared when rounded to this one (`Graph::rounds_to`).
+        let lossy = matches!(ma, MmaA::Frag(_)) && !self.g.rounds_to(n.args[0], bt);
+        if bt == DType::F32 || at.is_some_and(|t| t != bt) || lossy {
+            let a = match (at, bt) {
+                (Some(t), _) => t.name(),
+                (None, DType::F16) if lossy => "registers computed from bf16",
+                (None, _) if lossy => "registers computed from f16",
+                (None, _) => "registers",
+            };
+            return Err(PlanError::MatmulDtypes { a, b: bt.name() });
         }
         if k % 16 != 0 {
             return Err(PlanError::ContractionTile { k });
