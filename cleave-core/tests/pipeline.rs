@@ -1452,3 +1452,36 @@ fn a_computed_left_operand_keeps_the_precision_its_inputs_declared() {
         }
     }
 }
+
+#[test]
+fn outputs_that_cannot_share_a_block_get_kernels_of_their_own() {
+    // A norm along each row and a mean down each column of one input: no tile map serves both
+    // in one block (the row's tiles against the column's), as written or transposed, so only
+    // the fallback scheduled it. The two outputs share no computed value, so each can be a
+    // kernel of its own, the mean's computed transposed (its column a block's row).
+    let g = columns_kernel(
+        "t: { value: 4096, dynamic: true }, d: 256",
+        "x: \"bf16[t, d]\"",
+        "y: \"bf16[t, d]\", m: \"f32[1, d]\"",
+        "y = rmsnorm(x, axis=-1, eps=1e-5)\n      m = mean(x, axis=0)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    let tiles: Vec<&TileKernel> = l.kernels.iter().filter_map(|k| k.tile()).collect();
+    assert_eq!((tiles.len(), l.kernels.len(), l.workspaces.len()), (2, 2, 0), "{:?}", c.stats);
+    let transposed = |k: &TileKernel| flatten(&k.body).iter().any(|s| matches!(s, Stmt::Load { trans: true, .. }));
+    assert_eq!(tiles.iter().filter(|k| transposed(k)).count(), 1, "the mean's kernel reads its tiles transposed");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 301;
+    for r in &c.ranked {
+        let (got, want) = interpreted(&g, &r.candidate.launch, &b, 9, 8.0);
+        for (o, (x, w)) in got.iter().zip(&want).enumerate() {
+            let e = max_rel_err(&x.data, &w.data);
+            assert!(
+                e < tolerance(&g, &b, 0.0),
+                "output {o} of a launch of {} kernels: {e}",
+                r.candidate.launch.kernels.len()
+            );
+        }
+    }
+}

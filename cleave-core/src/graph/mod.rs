@@ -5,6 +5,8 @@
 //! [`NodeId`], and a graph becomes usable by later stages only through [`validate`], which
 //! returns the [`ValidGraph`] proof token.
 
+use std::collections::BTreeSet;
+
 mod dim;
 mod display;
 mod dtype;
@@ -218,30 +220,29 @@ impl Graph {
         }
     }
 
-    /// Whether the value of `id` may be rounded to the 16-bit type `t` for the tensor cores:
-    /// every float input it is computed from is of type `t` or f32. A value computed from f16
-    /// inputs loses three bits of mantissa in bf16, and one computed from bf16 inputs loses
-    /// range in f16; after a sum that cancels either is far more than the declaration's
-    /// rounding. An f32 source is the declaration's choice of a wider type for the rest of the
-    /// graph, and mixed-precision products round it by design.
+    /// Whether the value of `id` may be rounded to the 16-bit type `t` for the tensor cores
+    /// ([`may_round_to`], over the types of the inputs it is computed from).
     pub fn rounds_to(&self, id: NodeId, t: DType) -> bool {
+        may_round_to(&self.float_sources(id, &|i| vec![self.inputs[i].decl.dtype]), t)
+    }
+
+    /// The float types of the inputs `id` is computed from, input `i` seen as having been
+    /// computed from `input_sources(i)`: its own type for a declared input; for a workspace
+    /// that an earlier kernel of a launch stored, the types of the inputs that one read.
+    pub fn float_sources(&self, id: NodeId, input_sources: &dyn Fn(usize) -> Vec<DType>) -> BTreeSet<DType> {
         let mut seen = vec![false; self.nodes.len()];
         let mut stack = vec![id];
+        let mut found = BTreeSet::new();
         while let Some(x) = stack.pop() {
             if std::mem::replace(&mut seen[x.index()], true) {
                 continue;
             }
             match self.node(x).op {
-                Op::Input(i) => {
-                    let s = self.inputs[i as usize].decl.dtype;
-                    if s.is_float() && s != t && s != DType::F32 {
-                        return false;
-                    }
-                }
+                Op::Input(i) => found.extend(input_sources(i as usize).into_iter().filter(|t| t.is_float())),
                 _ => stack.extend(self.node(x).args.iter().copied()),
             }
         }
-        true
+        found
     }
 
     /// The one float type of the inputs `id` is computed from; `None` when they differ or it
@@ -303,4 +304,14 @@ impl Graph {
 pub fn squeeze_leading(shape: &[Dim]) -> &[Dim] {
     let first = shape.iter().position(|d| *d != Dim::One).unwrap_or(shape.len());
     &shape[first..]
+}
+
+/// Whether a value computed from inputs of the float types `sources` may be rounded to the
+/// 16-bit type `t` for the tensor cores: each is `t` or f32. A value computed from f16 inputs
+/// loses three bits of mantissa in bf16, and one computed from bf16 inputs loses range in f16;
+/// where a sum cancels, either is far more than the declaration's rounding. An f32 source is
+/// the declaration's choice of a wider type for the rest of the graph, and mixed-precision
+/// products round it by design.
+pub fn may_round_to(sources: &BTreeSet<DType>, t: DType) -> bool {
+    sources.iter().all(|&s| s == t || s == DType::F32)
 }

@@ -4,11 +4,15 @@
 //! The kernels of a Split-K partition are planned in order: the combine kernel reads what the
 //! split kernel stores (scaled partials and their running max), so each of the split kernel's
 //! best plans gets its own best combine kernel.
+//!
+//! A graph none of whose partitions schedules is tried once more as kernels per group of
+//! outputs that share no computed value (`grouped_launches`) before it is left to the
+//! fallback alone.
 
 use rayon::prelude::*;
 
 use crate::arch::{Arch, Targets};
-use crate::graph::{DimKind, DimTable, DimVar, ValidGraph};
+use crate::graph::{DimKind, DimTable, DimVar, NodeId, ValidGraph};
 use crate::plan::{
     assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, row_first, Cost, KernelGraph,
     KernelIo, Launch, Partition, PartitionError, PlanError, Planned, TileKernel,
@@ -214,8 +218,78 @@ pub fn candidates(
         Some(Err(e)) => stats.count(format!("row-first partition: {e}"), 1),
         None => {}
     }
+    if out.is_empty() {
+        out = grouped_launches(graph, targets, top_k, symbol_prefix, &mut stats);
+    }
     out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     Ok((out, stats))
+}
+
+/// At most this many groups of outputs are tried together ([`grouped_launches`]); past it,
+/// each is a kernel of its own.
+const MAX_GROUPED_TRIALS: usize = 16;
+
+/// The launches of a graph that has no launch of one kernel (nor a row-first one): its groups
+/// of outputs that share no computed value ([`components`](crate::plan::partition::components)),
+/// as few kernels as schedule. Each group joins the first kernel it schedules in together with
+/// what that kernel already holds, or starts one of its own; one group that schedules in no
+/// kernel, even alone, leaves the graph to the fallback.
+fn grouped_launches(
+    graph: &ValidGraph,
+    targets: &Targets,
+    top_k: usize,
+    symbol_prefix: &str,
+    stats: &mut ScheduleStats,
+) -> Vec<Candidate> {
+    use crate::plan::partition::{components, grouped};
+    let parts = components(graph);
+    if parts.len() < 2 {
+        return Vec::new();
+    }
+    // How a group schedules best: as written, or computed transposed (a column a block's
+    // row); `None`, neither way.
+    let schedules = |group: &[NodeId]| -> Option<bool> {
+        [false, true]
+            .into_iter()
+            .filter_map(|transposed| {
+                let Some(Ok(p)) = grouped(graph, &[(group.to_vec(), transposed)]) else { return None };
+                let mut scratch = ScheduleStats::default();
+                let best = plan_kernel(&p.kernels[0], &kernel_io(&p, 0, &[]), targets, 1, &[], &mut scratch);
+                Some((best.first()?.cost.seconds, transposed))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, transposed)| transposed)
+    };
+    let mut kernels: Vec<(Vec<NodeId>, bool)> = Vec::new();
+    for (i, nodes) in parts.iter().enumerate() {
+        let mut joined = false;
+        if i < MAX_GROUPED_TRIALS {
+            for k in kernels.iter_mut() {
+                let mut with: Vec<NodeId> = k.0.iter().chain(nodes).copied().collect();
+                with.sort();
+                if let Some(transposed) = schedules(&with) {
+                    *k = (with, transposed);
+                    joined = true;
+                    break;
+                }
+            }
+        }
+        if !joined {
+            let Some(transposed) = schedules(nodes) else {
+                stats.count("grouped partition: a group of outputs with no schedule of its own".into(), 1);
+                return Vec::new();
+            };
+            kernels.push((nodes.clone(), transposed));
+        }
+    }
+    match grouped(graph, &kernels) {
+        Some(Ok(part)) => launches(graph, &part, targets, top_k, symbol_prefix, stats),
+        Some(Err(e)) => {
+            stats.count(format!("grouped partition: {e}"), 1);
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// The best `top_k` launches of one partition of a graph (unsorted).

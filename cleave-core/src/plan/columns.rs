@@ -36,6 +36,12 @@ fn swapped(axis: u32, rank: usize) -> u32 {
 /// `None` where the rewrite does not apply: no such reduction; a product or a mask, whose
 /// axes have fixed roles; or a value of rank one, which has no second axis to swap.
 pub fn transpose_columns(g: &ValidGraph) -> Option<ValidGraph> {
+    transpose_columns_traced(g).map(|(t, _)| t)
+}
+
+/// [`transpose_columns`], with the node of `g` each node of the rewrite computes (an input's
+/// or an output's added transpose, the node it transposes).
+pub fn transpose_columns_traced(g: &ValidGraph) -> Option<(ValidGraph, Vec<NodeId>)> {
     let live = g.live();
     let mut column = false;
     for id in g.ids().filter(|id| live[id.index()]) {
@@ -92,7 +98,23 @@ pub fn transpose_columns(g: &ValidGraph) -> Option<ValidGraph> {
         let node = if sg.shape(v).len() >= 2 { transpose(&mut sg, v)? } else { v };
         sg.add_output(o.decl.clone(), node);
     }
-    validate(sg).ok()
+    let mut origin: Vec<Option<NodeId>> = vec![None; sg.nodes.len()];
+    for (input, seen) in g.inputs.iter().zip(&sg.inputs) {
+        origin[seen.node.index()] = Some(input.node);
+    }
+    for (old, new) in map.iter().enumerate() {
+        if let Some(new) = new {
+            origin[new.index()].get_or_insert(NodeId(old as u32));
+        }
+    }
+    // What is left are added transposes, each after the node it transposes.
+    for i in 0..origin.len() {
+        if origin[i].is_none() {
+            origin[i] = sg.nodes[i].args.first().and_then(|a| origin[a.index()]);
+        }
+    }
+    let origin = origin.into_iter().collect::<Option<Vec<NodeId>>>()?;
+    Some((validate(sg).ok()?, origin))
 }
 
 #[cfg(test)]
@@ -115,6 +137,13 @@ mod tests {
         let g = graph("n: 37, d: 5", "x: \"f32[n, d]\"", "y: \"f32[1, d]\"", "y = sum(x, axis=0)");
         let t = transpose_columns(&g).expect("a column sum");
         assert_eq!(t.expr(t.outputs[0].node), "transpose(sum(transpose(x), axis=1))");
+        // Each node of the rewrite traces to the node it computes, an added transpose to what
+        // it transposes.
+        let (t, origin) = transpose_columns_traced(&g).expect("a column sum");
+        let traced: Vec<(&str, &str)> =
+            t.ids().map(|id| (t.node(id).op.name(), g.node(origin[id.index()]).op.name())).collect();
+        let sum = g.node(g.outputs[0].node).op.name();
+        assert_eq!(traced, [("input", "input"), ("transpose", "input"), (sum, sum), ("transpose", sum)]);
     }
 
     #[test]

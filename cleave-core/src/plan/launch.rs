@@ -152,7 +152,12 @@ impl Launch {
 /// planned with it and [`assemble`] lays out the workspaces it names.
 pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
     let kg = &part.kernels[k];
-    let mut io = KernelIo { inputs: kg.inputs.clone(), outputs: kg.outputs.clone(), ..Default::default() };
+    let mut io = KernelIo {
+        inputs: kg.inputs.clone(),
+        outputs: kg.outputs.clone(),
+        input_sources: kg.input_sources.clone(),
+        ..Default::default()
+    };
     let mut next_workspace = part.workspaces.len() as u32;
     for (j, planned) in earlier.iter().enumerate() {
         if planned.max_shape.is_none() {

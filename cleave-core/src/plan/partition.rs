@@ -37,6 +37,9 @@ pub enum Part {
     Split,
     /// The combine kernel.
     Combine,
+    /// One kernel of a [`grouped`] partition: groups of outputs that share no computed value,
+    /// in launch order.
+    Group(u8),
     /// A node no output depends on: neither kernel computes it.
     Unused,
 }
@@ -53,6 +56,10 @@ pub struct KernelGraph {
     /// For each node of `graph` (by [`NodeId::index`]): the node of the partitioned graph it
     /// computes or reads. How a later kernel finds the node an earlier one stabilized.
     pub origin: Vec<NodeId>,
+    /// For each input of `graph`: the float types of the declared inputs its values come from
+    /// (an input's own; a workspace's, those its node is computed from), which bound what the
+    /// tensor cores may round it to ([`crate::graph::may_round_to`]).
+    pub input_sources: Vec<Vec<DType>>,
 }
 
 /// What a workspace's elements are.
@@ -239,7 +246,13 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
             recomputed: vec![false; part.len()],
             part,
             combine_roots,
-            kernels: vec![KernelGraph { graph: g.clone(), inputs, outputs, origin }],
+            kernels: vec![KernelGraph {
+                graph: g.clone(),
+                inputs,
+                outputs,
+                origin,
+                input_sources: declared_sources(g),
+            }],
             workspaces: Vec::new(),
         });
     }
@@ -284,12 +297,92 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
     Ok(Partition { part, same_elements: super::rows::same_elements(g), recomputed, combine_roots, kernels, workspaces })
 }
 
+/// The live computed nodes of `g` in the groups that share none, each in node order, the groups
+/// in the order of their first node: two nodes are in one group when one reads the other.
+/// Inputs and constants join nothing, so outputs computed from the same inputs by separate
+/// chains of ops fall in separate groups.
+pub fn components(g: &ValidGraph) -> Vec<Vec<NodeId>> {
+    let live = g.live();
+    let mut root: Vec<usize> = (0..g.nodes.len()).collect();
+    fn find(root: &mut [usize], mut x: usize) -> usize {
+        while root[x] != x {
+            root[x] = root[root[x]];
+            x = root[x];
+        }
+        x
+    }
+    let computed = |id: NodeId| live[id.index()] && !g.node(id).op.is_leaf();
+    for id in g.ids().filter(|&id| computed(id)) {
+        for &a in g.node(id).args.iter().filter(|&&a| computed(a)) {
+            let (x, y) = (find(&mut root, id.index()), find(&mut root, a.index()));
+            // The smaller index stays the root, so a group is named by its first node.
+            root[x.max(y)] = x.min(y);
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
+    for id in g.ids().filter(|&id| computed(id)) {
+        groups.entry(find(&mut root, id.index())).or_default().push(id);
+    }
+    groups.into_values().collect()
+}
+
+/// A partition of `g` into one kernel per group of `groups`, in order: each a union of
+/// [`components`], so no kernel reads what another computes and there are no workspaces. The
+/// last kernel also stores the outputs that are leaves. Nodes in no group are computed by no
+/// kernel (a partition of part of the graph, to try whether a group schedules alone). A group
+/// marked `true` is computed transposed ([`super::columns`]): its reductions down a column
+/// run along the block's rows, whatever the other kernels do.
+///
+/// This is the launch of a graph whose outputs cannot share one block's tiles (a sum down
+/// the columns of the tensor whose rows another output normalizes). `None` for a graph with a
+/// split or a computed right operand, whose kernels [`partition`] orders, or with more groups
+/// than a [`Part`] counts.
+pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<Partition, PartitionError>> {
+    let live = g.live();
+    if g.has_split() || computed_right_operands(g, &live).contains(&true) || groups.len() > 200 {
+        return None;
+    }
+    let mut part = vec![Part::Unused; g.nodes.len()];
+    for id in g.ids().filter(|&id| g.node(id).op.is_leaf()) {
+        part[id.index()] = Part::Leaf;
+    }
+    for (k, (group, _)) in groups.iter().enumerate() {
+        for id in group {
+            part[id.index()] = Part::Group(k as u8);
+        }
+    }
+    let again = vec![false; part.len()];
+    let mut kernels = Vec::with_capacity(groups.len());
+    for (k, &(_, transposed)) in groups.iter().enumerate() {
+        let mut kg = match extract(g, &part, &again, k, (Part::Group(k as u8), k + 1 == groups.len()), &[]) {
+            Ok(kg) => kg,
+            Err(e) => return Some(Err(e)),
+        };
+        if transposed {
+            // The rewrite keeps the inputs and outputs in order, so the bindings stand.
+            let (t, origin) = super::columns::transpose_columns_traced(&kg.graph)?;
+            kg.origin = origin.iter().map(|o| kg.origin[o.index()]).collect();
+            kg.graph = t;
+        }
+        kernels.push(kg);
+    }
+    Some(Ok(Partition {
+        same_elements: super::rows::same_elements(g),
+        recomputed: again,
+        part,
+        combine_roots: Vec::new(),
+        kernels,
+        workspaces: Vec::new(),
+    }))
+}
+
 /// Where a kernel's part falls in launch order (leaves and unused nodes before all).
 fn order(p: Part) -> u8 {
     match p {
         Part::Leaf | Part::Unused => 0,
         Part::Pre => 1,
-        Part::Rows(l) => 2 + l,
+        // A grouped partition has neither rows kernels nor workspaces.
+        Part::Rows(l) | Part::Group(l) => 2 + l,
         Part::Split => 250,
         Part::Combine => 251,
     }
@@ -440,7 +533,25 @@ pub(super) fn extract(
         origin[to.index()] = from;
     }
     let graph = validate(sub).map_err(|error| PartitionError::InvalidKernel { kernel: k, error })?;
-    Ok(KernelGraph { graph, inputs, outputs, origin })
+    let declared = declared_sources(g);
+    let input_sources = inputs
+        .iter()
+        .map(|b| match *b {
+            Binding::Input(i) => declared[i as usize].clone(),
+            Binding::Workspace(w) => workspaces[w as usize]
+                .node
+                .map(|n| g.float_sources(n, &|i| declared[i].clone()).into_iter().collect())
+                .unwrap_or_default(),
+            Binding::Output(_) => Vec::new(),
+        })
+        .collect();
+    Ok(KernelGraph { graph, inputs, outputs, origin, input_sources })
+}
+
+/// Each input's own float type (none for an index tensor), as [`KernelGraph::input_sources`]
+/// lists them.
+fn declared_sources(g: &Graph) -> Vec<Vec<DType>> {
+    g.inputs.iter().map(|i| if i.decl.dtype.is_float() { vec![i.decl.dtype] } else { Vec::new() }).collect()
 }
 
 #[cfg(test)]
@@ -522,5 +633,27 @@ mod tests {
         assert_eq!(workspace_types(["f16"; 3], vector, y), [F16, F32]);
         let other = "u = w * g\n      y = matmul(x, u) + sum(u, axis=0)";
         assert_eq!(workspace_types(["f16"; 3], other, y), [F32]);
+    }
+
+    #[test]
+    fn outputs_that_share_only_inputs_fall_in_separate_groups() {
+        let outs = "{ a: \"f32[s, k]\", b: \"f32[s, 1]\", c: \"f32[1, k]\" }";
+        let g = graph("u = exp(x)\n      a = u * 2\n      b = sum(u, axis=-1)\n      c = max(x, axis=0) + transpose(sum(w, axis=1))", outs);
+        let groups = components(&g);
+        let names: Vec<Vec<String>> = groups
+            .iter()
+            .map(|grp| g.outputs.iter().filter(|o| grp.contains(&o.node)).map(|o| o.decl.name.clone()).collect())
+            .collect();
+        // `a` and `b` share `u`; `c` reads only an input they read, and another.
+        assert_eq!(names, [vec!["a".to_string(), "b".to_string()], vec!["c".to_string()]]);
+        let p = grouped(&g, &[(groups[1].clone(), false), (groups[0].clone(), false)])
+            .expect("no split")
+            .expect("partitions");
+        let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
+        assert_eq!(stored, [vec![Binding::Output(2)], vec![Binding::Output(0), Binding::Output(1)]]);
+        assert!(p.workspaces.is_empty());
+        // A computed right operand orders its own kernels.
+        let pre = graph("a = matmul(x, exp(w))", "{ a: \"f32[s, n]\" }");
+        assert!(grouped(&pre, &[(components(&pre)[0].clone(), false)]).is_none());
     }
 }

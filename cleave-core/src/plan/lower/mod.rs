@@ -58,6 +58,10 @@ pub struct KernelIo {
     /// kernel's graph: the binding of that max. Where such an exp reaches no reduction, it is
     /// computed against that max.
     pub shifted_exps: BTreeMap<NodeId, Binding>,
+    /// Per input: the float types of the declared inputs its values come from
+    /// ([`KernelGraph::input_sources`](crate::plan::KernelGraph::input_sources)); empty: the
+    /// input's own type.
+    pub input_sources: Vec<Vec<DType>>,
 }
 
 /// The planned kernel and what the next kernel of its launch needs to know about it.

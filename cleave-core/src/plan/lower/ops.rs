@@ -454,8 +454,15 @@ impl Lowerer<'_> {
             MmaA::Frag(_) => None,
         };
         // A register operand computed from 16-bit inputs of the other type would lose what
-        // they declared when rounded to this one (`Graph::rounds_to`).
-        let lossy = matches!(ma, MmaA::Frag(_)) && !self.g.rounds_to(n.args[0], bt);
+        // they declared when rounded to this one (`may_round_to`), also when an earlier
+        // kernel computed it from them and stored it in f32.
+        let lossy = matches!(ma, MmaA::Frag(_)) && {
+            let declared = |i: usize| match self.io.input_sources.get(i) {
+                Some(s) if !s.is_empty() => s.clone(),
+                _ => vec![self.g.inputs[i].decl.dtype],
+            };
+            !crate::graph::may_round_to(&self.g.float_sources(n.args[0], &declared), bt)
+        };
         if bt == DType::F32 || at.is_some_and(|t| t != bt) || lossy {
             let a = match (at, bt) {
                 (Some(t), _) => t.name(),
