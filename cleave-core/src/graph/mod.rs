@@ -248,28 +248,10 @@ impl Graph {
     /// The one float type of the inputs `id` is computed from; `None` when they differ or it
     /// reads none (index tensors do not count: they are never values).
     fn source_type(&self, id: NodeId) -> Option<DType> {
-        let mut seen = vec![false; self.nodes.len()];
-        let mut stack = vec![id];
-        let mut found = None;
-        while let Some(x) = stack.pop() {
-            if std::mem::replace(&mut seen[x.index()], true) {
-                continue;
-            }
-            match self.node(x).op {
-                Op::Input(i) => {
-                    let t = self.inputs[i as usize].decl.dtype;
-                    if !t.is_float() {
-                        continue;
-                    }
-                    if found.is_some_and(|f| f != t) {
-                        return None;
-                    }
-                    found = Some(t);
-                }
-                _ => stack.extend(self.node(x).args.iter().copied()),
-            }
-        }
-        found
+        let sources = self.float_sources(id, &|i| vec![self.inputs[i].decl.dtype]);
+        let mut types = sources.into_iter();
+        let only = types.next()?;
+        types.next().is_none().then_some(only)
     }
 
     /// The nodes that some output depends on, as a mask.
