@@ -1475,16 +1475,87 @@ fn outputs_that_cannot_share_a_block_get_kernels_of_their_own() {
         "y: \"bf16[t, d]\", m: \"f32[1, d]\"",
         "y = rmsnorm(x, axis=-1, eps=1e-5)\n      m = mean(x, axis=0)",
     );
-    let c = compile(&g, &Options::default()).expect("compiles");
+    two_tile_kernels_one_transposed(&g, 301, 9, 8.0, 0.0);
+}
+
+/// Asserts that the best launch of `g` is two tile kernels without workspaces, one of them
+/// reading its tiles transposed, and that every ranked launch is within tolerance at `t`.
+fn two_tile_kernels_one_transposed(
+    g: &cleave_core::graph::ValidGraph,
+    t: u64,
+    seed: u64,
+    scale: f64,
+    max_exp_arg: f64,
+) {
+    let c = compile(g, &Options::default()).expect("compiles");
     let l = c.best();
     let tiles: Vec<&TileKernel> = l.kernels.iter().filter_map(|k| k.tile()).collect();
     assert_eq!((tiles.len(), l.kernels.len(), l.workspaces.len()), (2, 2, 0), "{:?}", c.stats);
-    assert_eq!(
-        tiles.iter().filter(|k| transposed_tiles(k).0).count(),
-        1,
-        "the mean's kernel reads its tiles transposed"
-    );
+    assert_eq!(tiles.iter().filter(|k| transposed_tiles(k).0).count(), 1, "one kernel reads its tiles transposed");
     let mut b = Bindings::of_table(&g.dims);
-    b.values[g.dims.find("t").expect("t").index()] = 301;
-    every_launch_within_tolerance(&g, &c, &b, 9, 8.0, 0.0);
+    b.values[g.dims.find("t").expect("t").index()] = t;
+    every_launch_within_tolerance(g, &c, &b, seed, scale, max_exp_arg);
+}
+
+#[test]
+fn outputs_sharing_a_value_get_kernels_that_recompute_it() {
+    // A sum of `exp(x)` along each row and one down each column: both read the same exps, so
+    // the outputs fall in one group, and no block's tiles serve the row and the column at
+    // once. Each output's kernel computes the exps again from `x` (the column sum's
+    // transposed, its column a block's row), where before the graph went to the fallback.
+    let g = columns_kernel(
+        "t: { value: 2048, dynamic: true }, d: 128",
+        "x: \"f16[t, d]\"",
+        "r: \"f32[t, 1]\", s: \"f32[1, d]\"",
+        "e = exp(x)\n      r = sum(e, axis=-1)\n      s = sum(e, axis=0)",
+    );
+    two_tile_kernels_one_transposed(&g, 203, 13, 3.0, 3.0 * 6.0);
+}
+
+#[test]
+fn an_output_no_tile_program_computes_leaves_the_others_tiled() {
+    // `exp(x)` stored as it is may overflow f32 where the declared result does not, so no
+    // tile program computes it (no running max shifts it); only the fallback's
+    // extended-exponent stages do. The row norm beside it shares nothing with it and is a
+    // tile kernel of its own: the launch is that kernel, then the exp's stage, where before
+    // the whole graph went to the fallback.
+    let g = columns_kernel(
+        "t: { value: 4096, dynamic: true }, d: 256",
+        "x: \"bf16[t, d]\", z: \"f32[t, d]\"",
+        "y: \"bf16[t, d]\", e: \"f32[t, d]\"",
+        "y = rmsnorm(x, axis=-1, eps=1e-5)\n      e = exp(z)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = c.best();
+    let kinds: Vec<bool> = l.kernels.iter().map(|k| k.tile().is_some()).collect();
+    assert_eq!(kinds, [true, false], "{:?}", c.stats);
+    // The tile kernel writes y alone, the stage e alone.
+    let written =
+        |k: &Kernel| -> Vec<String> { k.params().iter().filter(|p| p.output).map(|p| p.name.clone()).collect() };
+    assert_eq!((written(&l.kernels[0]), written(&l.kernels[1])), (vec!["y".to_string()], vec!["e".to_string()]));
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 77;
+    every_launch_within_tolerance(&g, &c, &b, 21, 4.0, 4.0 * 6.0);
+}
+
+#[test]
+fn a_paged_decode_whose_outputs_share_scores_compiles() {
+    // `o` and `lse` share the scores. For a search candidate whose outputs take no one
+    // kernel, the grouping gave `lse`'s cone to fallback stages of a part of the graph, whose
+    // stage builder read the page tables by the launch graph's input numbers and panicked
+    // (index 4 of 4 inputs). A graph with per-request dims is now the fallback's whole there.
+    let g = common::graph(
+        "kernels:\n  - name: paged\n    dims:\n      b: { value: 32, dynamic: true }\n      \
+         pages: { value: 4096, dynamic: true }\n      entries: { value: 2048, dynamic: true }\n      \
+         l: { value: 1024, paged: { indices: page_table, indptr: page_indptr, page_size: page, last_page_len: last } }\n      \
+         page: 16\n      h: 8\n      d: 64\n    inputs:\n      q: \"f16[b, h, 1, d] as [b, h, d]\"\n      \
+         k_cache: \"f16[b, h, l, d] as [pages, page, h, d]\"\n      \
+         v_cache: \"f16[b, h, l, d] as [pages, page, h, d]\"\n      page_table: \"i32[entries]\"\n      \
+         page_indptr: \"i32[b + 1]\"\n      last: \"i32[b]\"\n      scale: \"f32[]\"\n    outputs:\n      \
+         o: \"f16[b, h, 1, d] as [b, h, d]\"\n      lse: \"f32[b, h, 1, 1] as [b, h]\"\n    body: |\n      \
+         s = matmul(q, transpose(k_cache)) * scale\n      o = matmul(softmax(s), v_cache)\n      \
+         lse = log(sum(exp(s), axis=-1))\n",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    assert!(c.best().kernels.iter().all(|k| k.tile().is_some()), "{:?}", c.stats);
 }

@@ -6,16 +6,16 @@
 //! best plans gets its own best combine kernel.
 //!
 //! A graph none of whose partitions schedules is tried once more as kernels per group of
-//! outputs that share no computed value (`grouped_launches`) before it is left to the
-//! fallback alone.
+//! outputs (`grouped_launches`), each recomputing what it shares with the others, with the
+//! fallback for the groups no tile kernel computes, before it is left to the fallback alone.
 
 use rayon::prelude::*;
 
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimKind, DimTable, DimVar, NodeId, ValidGraph};
 use crate::plan::{
-    assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, row_first, Cost, KernelGraph,
-    KernelIo, Launch, Partition, PartitionError, PlanError, Planned, TileKernel,
+    append_fallback, assemble, cost_on, fallback, kernel_cost_on, kernel_io, lower, partition, requests, row_first,
+    Cost, KernelGraph, KernelIo, Launch, Partition, PartitionError, PlanError, Planned, TileKernel,
 };
 use crate::schedule::{configs, schedule, ItGraph, ScheduleError, TileConfig};
 
@@ -229,11 +229,16 @@ pub fn candidates(
 /// each is a kernel of its own.
 const MAX_GROUPED_TRIALS: usize = 16;
 
-/// The launches of a graph that has no launch of one kernel (nor a row-first one): its groups
-/// of outputs that share no computed value ([`components`](crate::plan::partition::components)),
-/// as few kernels as schedule. Each group joins the first kernel it schedules in together with
-/// what that kernel already holds, or starts one of its own; one group that schedules in no
-/// kernel, even alone, leaves the graph to the fallback.
+/// The launches of a graph that has no launch of one kernel (nor a row-first one): its outputs
+/// in groups, as few tile kernels as schedule, and the fallback for the groups that schedule
+/// in none. The groups are those that share no computed value
+/// ([`components`](crate::plan::partition::components)); one of them that schedules in no
+/// kernel gives way to its outputs' own cones ([`output_cones`](crate::plan::partition::output_cones)),
+/// each kernel recomputing what they share (a row sum and a column sum of one `exp(x)`, whose
+/// tiles no one block can hold together). Each group joins the first kernel it schedules in
+/// together with what that kernel already holds, or starts one of its own; one that schedules
+/// in no kernel, even alone, is left to fallback stages after the tile kernels, so that one
+/// output the tile programs cannot compute does not take the others with it.
 fn grouped_launches(
     graph: &ValidGraph,
     targets: &Targets,
@@ -241,11 +246,7 @@ fn grouped_launches(
     symbol_prefix: &str,
     stats: &mut ScheduleStats,
 ) -> Vec<Candidate> {
-    use crate::plan::partition::{components, grouped};
-    let parts = components(graph);
-    if parts.len() < 2 {
-        return Vec::new();
-    }
+    use crate::plan::partition::{components, grouped, output_cones};
     // How a group schedules best: as written, or computed transposed (a column a block's
     // row); `None`, neither way.
     let schedules = |group: &[NodeId]| -> Option<bool> {
@@ -260,13 +261,27 @@ fn grouped_launches(
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, transposed)| transposed)
     };
+    let parts = components(graph);
+    // Each group to place, and whether it may still give way to its outputs' cones. The whole
+    // graph in one group has just failed to schedule, so it gives way at once.
+    let mut queue: std::collections::VecDeque<(Vec<NodeId>, bool)> = match parts.as_slice() {
+        [whole] => output_cones(graph, whole).into_iter().map(|c| (c, false)).collect(),
+        _ => parts.into_iter().map(|c| (c, true)).collect(),
+    };
+    if queue.len() < 2 {
+        return Vec::new();
+    }
     let mut kernels: Vec<(Vec<NodeId>, bool)> = Vec::new();
-    for (i, nodes) in parts.iter().enumerate() {
+    // What no tile kernel computes: the fallback's.
+    let mut rest: Vec<NodeId> = Vec::new();
+    let mut placed = 0;
+    while let Some((nodes, divisible)) = queue.pop_front() {
         let mut joined = false;
-        if i < MAX_GROUPED_TRIALS {
+        if placed < MAX_GROUPED_TRIALS {
             for k in kernels.iter_mut() {
-                let mut with: Vec<NodeId> = k.0.iter().chain(nodes).copied().collect();
+                let mut with: Vec<NodeId> = k.0.iter().chain(&nodes).copied().collect();
                 with.sort();
+                with.dedup();
                 if let Some(transposed) = schedules(&with) {
                     *k = (with, transposed);
                     joined = true;
@@ -275,21 +290,67 @@ fn grouped_launches(
             }
         }
         if !joined {
-            let Some(transposed) = schedules(nodes) else {
-                stats.count("grouped partition: a group of outputs with no schedule of its own".into(), 1);
-                return Vec::new();
-            };
-            kernels.push((nodes.clone(), transposed));
+            match schedules(&nodes) {
+                Some(transposed) => kernels.push((nodes, transposed)),
+                None => {
+                    let cones = if divisible { output_cones(graph, &nodes) } else { Vec::new() };
+                    if cones.len() >= 2 {
+                        for c in cones.into_iter().rev() {
+                            queue.push_front((c, false));
+                        }
+                        continue;
+                    }
+                    // The stages of a part of a graph cannot read its per-request tables
+                    // (`append_fallback`); such a graph is the fallback's whole.
+                    if graph.dims.has_per_request() {
+                        stats.count("grouped partition: a group of outputs with no schedule of its own".into(), 1);
+                        return Vec::new();
+                    }
+                    stats.count("grouped partition: a group of outputs left to the fallback".into(), 1);
+                    rest.extend(nodes);
+                }
+            }
         }
+        placed += 1;
     }
-    match grouped(graph, &kernels) {
-        Some(Ok(part)) => launches(graph, &part, targets, top_k, symbol_prefix, stats),
+    if kernels.is_empty() || (rest.is_empty() && kernels.len() < 2) {
+        return Vec::new();
+    }
+    let tiles = kernels.len();
+    if !rest.is_empty() {
+        rest.sort();
+        rest.dedup();
+        kernels.push((rest, false));
+    }
+    let part = match grouped(graph, &kernels) {
+        Some(Ok(part)) => part,
         Some(Err(e)) => {
             stats.count(format!("grouped partition: {e}"), 1);
-            Vec::new()
+            return Vec::new();
         }
-        None => Vec::new(),
+        None => return Vec::new(),
+    };
+    // The tile kernels are planned as a partition of their own; the fallback's kernel graph
+    // (the last, which also stores the outputs that are leaves) becomes stages after them.
+    let tile_part = Partition { kernels: part.kernels[..tiles].to_vec(), ..part.clone() };
+    let candidates = launches(graph, &tile_part, targets, top_k, symbol_prefix, stats);
+    let Some(rest) = part.kernels.get(tiles) else { return candidates };
+    let mut out = Vec::with_capacity(candidates.len());
+    for mut c in candidates {
+        let first = c.launch.kernels.len();
+        if let Err(e) = append_fallback(&mut c.launch, rest, symbol_prefix, &targets.fit) {
+            stats.count(e.kind(), 1);
+            continue;
+        }
+        for (k, regs) in c.launch.kernels[first..].iter().zip(&c.launch.registers[first..]) {
+            let cost = cost_on(k, &graph.dims, *regs, targets);
+            c.seconds += cost.seconds;
+            c.costs.push(cost);
+            c.schedules.push(KernelSchedule::Fallback);
+        }
+        out.push(c);
     }
+    out
 }
 
 /// The best `top_k` launches of one partition of a graph (unsorted).

@@ -3,7 +3,7 @@
 use super::cost::stage_cost;
 use super::error::PlanError;
 use super::lower::{KernelIo, Planned};
-use super::partition::{Partition, Workspace, WorkspaceType};
+use super::partition::{KernelGraph, Partition, Workspace, WorkspaceType};
 use super::program::{stride_params, Binding, GridAxis, Param, StrideParam, TileKernel};
 use super::stage::{stages, StageKernel, LANES};
 use crate::arch::Arch;
@@ -252,6 +252,50 @@ pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, arch: &Arch) -> Result<
         .collect();
     let registers = vec![STAGE_REGISTERS; kernels.len()];
     Ok(on_gpu(graph, kernels, workspaces, registers, arch))
+}
+
+/// Appends to `launch` the fallback stages of `kg`, a kernel of a partition of the launch's
+/// graph that no tile program computes: its stages read and write the launch's tensors as `kg`
+/// binds them, its workspaces are numbered after the launch's own, and its kernels are named
+/// on from the launch's last, `{symbol_prefix}_{k}`.
+pub fn append_fallback(
+    launch: &mut Launch,
+    kg: &KernelGraph,
+    symbol_prefix: &str,
+    arch: &Arch,
+) -> Result<(), PlanError> {
+    // A per-request dim names its tables by the launch graph's input numbers, which the
+    // stages of a part of that graph would read as its own.
+    if kg.graph.dims.has_per_request() {
+        return Err(PlanError::PerRequest("fallback stages of a part of the graph"));
+    }
+    let sub = fallback(&kg.graph, symbol_prefix, arch)?;
+    let base = launch.workspaces.len() as u32;
+    let rebind = |b: Binding| match b {
+        Binding::Input(i) => kg.inputs[i as usize],
+        Binding::Output(o) => kg.outputs[o as usize],
+        Binding::Workspace(w) => Binding::Workspace(base + w),
+    };
+    for (w, ws) in sub.workspaces.into_iter().enumerate() {
+        let name = format!("ws{}", base + w as u32);
+        launch.workspaces.push(Workspace { name, node: ws.node.map(|n| kg.origin[n.index()]), ..ws });
+    }
+    let first = launch.kernels.len();
+    for (j, mut kernel) in sub.kernels.into_iter().enumerate() {
+        if let Kernel::Stage(s) = &mut kernel {
+            for p in &mut s.params {
+                p.binding = rebind(p.binding);
+                if let Binding::Workspace(w) = p.binding {
+                    p.name = format!("ws{w}");
+                }
+            }
+        }
+        kernel.set_symbol(format!("{symbol_prefix}_{}", first + j));
+        launch.kernels.push(kernel);
+    }
+    launch.registers.extend(sub.registers);
+    launch.resident.extend(sub.resident);
+    Ok(())
 }
 
 /// A launch of these kernels planned for `arch`, with the figures its split counts are

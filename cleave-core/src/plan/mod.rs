@@ -26,7 +26,7 @@ pub mod stage;
 
 pub use cost::{cost_of, cost_on, kernel_cost, kernel_cost_on, stage_cost, Bound, Cost, Issue, LAUNCH_SECONDS};
 pub use error::PlanError;
-pub use launch::{assemble, fallback, kernel_io, Kernel, Launch};
+pub use launch::{append_fallback, assemble, fallback, kernel_io, Kernel, Launch};
 pub use lower::{lower, KernelIo, Planned};
 pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace, WorkspaceType};
 pub use program::{

@@ -37,8 +37,8 @@ pub enum Part {
     Split,
     /// The combine kernel.
     Combine,
-    /// One kernel of a [`grouped`] partition: groups of outputs that share no computed value,
-    /// in launch order.
+    /// One kernel of a [`grouped`] partition: groups of outputs computed apart, in launch
+    /// order.
     Group(u8),
     /// A node no output depends on: neither kernel computes it.
     Unused,
@@ -326,12 +326,46 @@ pub fn components(g: &ValidGraph) -> Vec<Vec<NodeId>> {
     groups.into_values().collect()
 }
 
-/// A partition of `g` into one kernel per group of `groups`, in order: each a union of
-/// [`components`], so no kernel reads what another computes and there are no workspaces. The
-/// last kernel also stores the outputs that are leaves. Nodes in no group are computed by no
-/// kernel (a partition of part of the graph, to try whether a group schedules alone). A group
-/// marked `true` is computed transposed ([`super::columns`]): its reductions down a column
-/// run along the block's rows, whatever the other kernels do.
+/// The live computed nodes that each output of `g` computed in `among` is computed from, one
+/// set per output in node order, less those another output's set contains: the smallest
+/// groups a kernel can compute on its own, recomputing what they share.
+pub fn output_cones(g: &ValidGraph, among: &[NodeId]) -> Vec<Vec<NodeId>> {
+    let mut cones: Vec<Vec<NodeId>> = Vec::new();
+    for o in &g.outputs {
+        if !among.contains(&o.node) {
+            continue;
+        }
+        let mut cone = vec![false; g.nodes.len()];
+        let mut stack = vec![o.node];
+        while let Some(x) = stack.pop() {
+            if g.node(x).op.is_leaf() || std::mem::replace(&mut cone[x.index()], true) {
+                continue;
+            }
+            stack.extend(g.node(x).args.iter().copied());
+        }
+        cones.push(g.ids().filter(|id| cone[id.index()]).collect());
+    }
+    let within = |a: &[NodeId], b: &[NodeId]| a.iter().all(|x| b.binary_search(x).is_ok());
+    let mut kept: Vec<Vec<NodeId>> = Vec::new();
+    for (i, c) in cones.iter().enumerate() {
+        // Of two equal sets the first stays.
+        let covered = cones.iter().enumerate().any(|(j, d)| j != i && within(c, d) && (c.len() < d.len() || j < i));
+        if !covered {
+            kept.push(c.clone());
+        }
+    }
+    kept.sort_by_key(|c| c.first().copied());
+    kept
+}
+
+/// A partition of `g` into one kernel per group of `groups`, in order, with no workspaces: a
+/// node in several groups is computed by each kernel whose group holds it (an output among
+/// them is stored by the first), so every group must hold all it is computed from ([`components`]
+/// or [`output_cones`], or unions of them). The last kernel also stores the outputs that are
+/// leaves. Nodes in no group are computed by no kernel (a partition of part of the graph, to
+/// try whether a group schedules alone). A group marked `true` is computed transposed
+/// ([`super::columns`]): its reductions down a column run along the block's rows, whatever the
+/// other kernels do.
 ///
 /// This is the launch of a graph whose outputs cannot share one block's tiles (a sum down
 /// the columns of the tensor whose rows another output normalizes). `None` for a graph with a
@@ -346,15 +380,19 @@ pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<
     for id in g.ids().filter(|&id| g.node(id).op.is_leaf()) {
         part[id.index()] = Part::Leaf;
     }
+    // Each node belongs to the first kernel that computes it; later ones compute it again.
+    let mut again = vec![vec![false; g.nodes.len()]; groups.len()];
     for (k, (group, _)) in groups.iter().enumerate() {
         for id in group {
-            part[id.index()] = Part::Group(k as u8);
+            match part[id.index()] {
+                Part::Group(_) => again[k][id.index()] = true,
+                _ => part[id.index()] = Part::Group(k as u8),
+            }
         }
     }
-    let again = vec![false; part.len()];
     let mut kernels = Vec::with_capacity(groups.len());
     for (k, &(_, transposed)) in groups.iter().enumerate() {
-        let mut kg = match extract(g, &part, &again, k, (Part::Group(k as u8), k + 1 == groups.len()), &[]) {
+        let mut kg = match extract(g, &part, &again[k], k, (Part::Group(k as u8), k + 1 == groups.len()), &[]) {
             Ok(kg) => kg,
             Err(e) => return Some(Err(e)),
         };
@@ -368,7 +406,7 @@ pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<
     }
     Some(Ok(Partition {
         same_elements: super::rows::same_elements(g),
-        recomputed: again,
+        recomputed: (0..part.len()).map(|i| again.iter().any(|a| a[i])).collect(),
         part,
         combine_roots: Vec::new(),
         kernels,
@@ -655,5 +693,44 @@ mod tests {
         // A computed right operand orders its own kernels.
         let pre = graph("a = matmul(x, exp(w))", "{ a: \"f32[s, n]\" }");
         assert!(grouped(&pre, &[(components(&pre)[0].clone(), false)]).is_none());
+    }
+
+    #[test]
+    fn kernels_of_overlapping_groups_recompute_what_they_share() {
+        let outs = "{ a: \"f32[s, k]\", b: \"f32[s, 1]\", c: \"f32[1, k]\" }";
+        let g = graph("u = exp(x)\n      a = u * 2\n      b = sum(u, axis=-1)\n      c = sum(u, axis=0) + transpose(sum(w, axis=1))", outs);
+        let cones = output_cones(&g, &components(&g)[0]);
+        let out_of = |cone: &Vec<NodeId>| -> Vec<String> {
+            g.outputs.iter().filter(|o| cone.contains(&o.node)).map(|o| o.decl.name.clone()).collect()
+        };
+        // Each output's cone holds `u`; none holds another's output.
+        assert_eq!(cones.iter().map(out_of).collect::<Vec<_>>(), [["a"], ["b"], ["c"]]);
+        let u = g.ids().find(|&id| g.node(id).op == Op::Unary(crate::graph::UnaryOp::Exp)).expect("an exp");
+        assert!(cones.iter().all(|c| c.contains(&u)));
+        // `a`'s cone holds the value `b` sums, so `b` and `a` in one group is `b`'s cone and `a`.
+        let ab: Vec<NodeId> = {
+            let mut v: Vec<NodeId> = cones[0].iter().chain(&cones[1]).copied().collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let p = grouped(&g, &[(ab, false), (cones[2].clone(), false)]).expect("no split").expect("partitions");
+        let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
+        assert_eq!(stored, [vec![Binding::Output(0), Binding::Output(1)], vec![Binding::Output(2)]]);
+        // Both kernels compute the exp from `x`; the second computes it again.
+        for k in &p.kernels {
+            assert_eq!(k.inputs[0], Binding::Input(0));
+            assert!(k.graph.nodes.iter().any(|n| n.op == Op::Unary(crate::graph::UnaryOp::Exp)));
+        }
+        assert_eq!((p.part[u.index()], p.recomputed[u.index()]), (Part::Group(0), true));
+        assert!(p.workspaces.is_empty());
+        // An output inside another's cone adds no cone of its own.
+        let nested = graph(
+            "u = exp(x)\n      a = u * 2\n      b = sum(a, axis=-1) + sum(matmul(x, w), axis=-1)",
+            "{ a: \"f32[s, k]\", b: \"f32[s, 1]\" }",
+        );
+        let cones = output_cones(&nested, &components(&nested)[0]);
+        assert_eq!(cones.len(), 1);
+        assert!(cones[0].contains(&nested.outputs[0].node) && cones[0].contains(&nested.outputs[1].node));
     }
 }
