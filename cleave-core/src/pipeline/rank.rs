@@ -328,7 +328,12 @@ fn grouped_launches(
             stats.count(format!("grouped partition: {e}"), 1);
             return Vec::new();
         }
-        None => return Vec::new(),
+        // A kernel that scheduled transposed on its own, holding less here, has no
+        // transposed form.
+        None => {
+            stats.count("grouped partition: a kernel with no transposed form".into(), 1);
+            return Vec::new();
+        }
     };
     // The tile kernels are planned as a partition of their own; the fallback's kernel graph
     // (the last, which also stores the outputs that are leaves) becomes stages after them.

@@ -98,6 +98,10 @@ pub enum PlanError {
     /// max is at least one, so a reduction's quotient is safe.
     #[error("node %{} divides by an exp shifted by a running max, which underflows far below it", .0.0)]
     ShiftedExpDivisor(NodeId),
+    /// Fallback stages asked to bind a tile kernel's workspace, whose plain floats they would
+    /// read as extended-exponent values.
+    #[error("fallback stages bound to a tile kernel's workspace")]
+    StagesOnTileWorkspaces,
     /// A matmul with a constant operand.
     #[error("a matmul with a constant operand")]
     ConstantMatmulOperand,
@@ -172,6 +176,7 @@ impl PlanError {
             PlanError::ExpReduction(_) => "a reduction of an exp that a running max per row cannot stabilize".into(),
             PlanError::UnstabilizedExp(_) => "an exp that no row reduction stabilizes".into(),
             PlanError::ShiftedExpDivisor(_) => "a divisor that is an exp shifted by a running max".into(),
+            PlanError::StagesOnTileWorkspaces => "fallback stages bound to a tile kernel's workspace".into(),
             PlanError::ShiftBeforeMerge(_) => "an exp computed before the merge of the max that shifts it".into(),
             PlanError::MatmulDtypes { .. } => "a matmul whose operand types the tensor cores cannot take".into(),
             PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),

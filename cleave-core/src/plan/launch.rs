@@ -255,7 +255,8 @@ pub fn fallback(graph: &ValidGraph, symbol_prefix: &str, arch: &Arch) -> Result<
 }
 
 /// Appends to `launch` the fallback stages of `kg`, a kernel of a partition of the launch's
-/// graph that no tile program computes: its stages read and write the launch's tensors as `kg`
+/// graph that no tile program computes and that binds only the launch's inputs and outputs
+/// (a [`grouped`](super::partition::grouped) kernel): its stages read and write them as `kg`
 /// binds them, its workspaces are numbered after the launch's own, and its kernels are named
 /// on from the launch's last, `{symbol_prefix}_{k}`.
 pub fn append_fallback(
@@ -268,6 +269,11 @@ pub fn append_fallback(
     // stages of a part of that graph would read as its own.
     if kg.graph.dims.has_per_request() {
         return Err(PlanError::PerRequest("fallback stages of a part of the graph"));
+    }
+    // A stage reads and writes every workspace as extended-exponent values; a tile kernel's
+    // workspace holds plain floats, so the stages may bind only the launch's own tensors.
+    if kg.inputs.iter().chain(&kg.outputs).any(|b| matches!(b, Binding::Workspace(_))) {
+        return Err(PlanError::StagesOnTileWorkspaces);
     }
     let sub = fallback(&kg.graph, symbol_prefix, arch)?;
     let base = launch.workspaces.len() as u32;

@@ -696,6 +696,42 @@ mod tests {
     }
 
     #[test]
+    fn fallback_stages_bind_only_the_launchs_own_tensors() {
+        use crate::plan::{append_fallback, fallback, PlanError};
+        let arch = crate::arch::SM90;
+        // The product kernel reads the computed operand from a tile kernel's workspace, which
+        // a stage would read as extended-exponent values.
+        let g = graph("y = matmul(x, sum(w, axis=-1))", "{ y: \"f32[s, 1]\" }");
+        let p = partition(&g).expect("partitions");
+        let mut launch = fallback(&g, "t", &arch).expect("fallback");
+        let before = launch.clone();
+        assert_eq!(append_fallback(&mut launch, &p.kernels[1], "t", &arch), Err(PlanError::StagesOnTileWorkspaces));
+        assert_eq!(launch, before, "a refused part leaves the launch as it was");
+        // A grouped kernel binds only inputs and outputs: its stages write what it binds.
+        let g = graph("a = exp(x)\n      b = sum(matmul(x, w), axis=-1)", "{ a: \"f32[s, k]\", b: \"f32[s, 1]\" }");
+        let groups: Vec<(Vec<NodeId>, bool)> = components(&g).into_iter().map(|c| (c, false)).collect();
+        let p = grouped(&g, &groups).expect("no split").expect("partitions");
+        let mut launch = fallback(&g, "t", &arch).expect("fallback");
+        let (n, base) = (launch.kernels.len(), launch.workspaces.len() as u32);
+        append_fallback(&mut launch, &p.kernels[1], "t", &arch).expect("appends");
+        let written: Vec<Binding> = launch.kernels[n..]
+            .iter()
+            .flat_map(|k| k.params().iter().filter(|p| p.output).map(|p| p.binding))
+            .collect();
+        // The product's stage writes a workspace of its own, numbered after the launch's.
+        let (own, tensors): (Vec<Binding>, Vec<Binding>) =
+            written.into_iter().partition(|b| matches!(b, Binding::Workspace(_)));
+        assert_eq!(tensors, p.kernels[1].outputs);
+        assert_eq!(own, [Binding::Workspace(base)]);
+        assert_eq!(launch.workspaces.len() as u32, base + 1);
+        assert_eq!(launch.workspaces[base as usize].name, format!("ws{base}"));
+        assert_eq!(
+            launch.kernels.last().map(|k| k.symbol().to_string()),
+            Some(format!("t_{}", launch.kernels.len() - 1))
+        );
+    }
+
+    #[test]
     fn kernels_of_overlapping_groups_recompute_what_they_share() {
         let outs = "{ a: \"f32[s, k]\", b: \"f32[s, 1]\", c: \"f32[1, k]\" }";
         let g = graph("u = exp(x)\n      a = u * 2\n      b = sum(u, axis=-1)\n      c = sum(u, axis=0) + transpose(sum(w, axis=1))", outs);
