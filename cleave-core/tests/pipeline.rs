@@ -1559,3 +1559,46 @@ fn a_paged_decode_whose_outputs_share_scores_compiles() {
     let c = compile(&g, &Options::default()).expect("compiles");
     assert!(c.best().kernels.iter().all(|k| k.tile().is_some()), "{:?}", c.stats);
 }
+
+#[test]
+fn a_users_own_shift_by_the_max_is_a_tile_kernel() {
+    // `exp(x - max(x))` with no reduction after it is at most one: no running max is needed,
+    // and tile kernels compute it as written. Along the rows of 64 one kernel does; down the
+    // columns, of a dynamic length, a first kernel stores each column's max and a second
+    // computes the exps against it, both transposed (the row-first partition). Before, every
+    // such exp was the fallback's. Large inputs put many elements far below their max, where
+    // the f32 exp underflows to zero as the output type would round it.
+    for (axis, kernels, transposed) in [("-1", 1, false), ("0", 2, true)] {
+        let g = columns_kernel(
+            "t: { value: 64, dynamic: true }, d: 64",
+            "x: \"f32[t, d]\", v: \"bf16[t, d]\"",
+            "y: \"f32[t, d]\"",
+            &format!("y = v * exp(x - max(x, axis={axis}))"),
+        );
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let tiles: Vec<&TileKernel> = c.best().kernels.iter().filter_map(|k| k.tile()).collect();
+        assert_eq!((tiles.len(), c.best().kernels.len()), (kernels, kernels), "axis {axis}: {:?}", c.stats);
+        assert!(tiles.iter().all(|k| transposed_tiles(k).0 == transposed), "axis {axis}");
+        let mut b = Bindings::of_table(&g.dims);
+        b.values[g.dims.find("t").expect("t").index()] = 61;
+        every_launch_within_tolerance(&g, &c, &b, 17, 30.0, 0.0);
+    }
+}
+
+#[test]
+fn a_one_element_tile_read_transposed_broadcasts_over_the_blocks_columns() {
+    // Computed transposed, the weighted column average reads `s` (one element) through a
+    // transpose, from the tile the block loaded for `square(transpose(s))` as written. That
+    // transposed read was a column read, which stops after the tile's one row: every column
+    // but the first weighed zero, and `a` came out 100% off in that launch.
+    let g = columns_kernel(
+        "t: { value: 24, dynamic: true }, c: 8",
+        "x: \"f32[c, t]\", s: \"bf16[1, 1]\"",
+        "a: \"bf16[1, t]\", q: \"f16[1, 1]\"",
+        "a = square(sum(exp(x) * s, axis=0) / sum(exp(x), axis=0))\n      q = square(transpose(s))",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("t").expect("t").index()] = 28;
+    every_launch_within_tolerance(&g, &c, &b, 5, 2.0, 12.0);
+}

@@ -156,6 +156,12 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
         inputs: kg.inputs.clone(),
         outputs: kg.outputs.clone(),
         input_sources: kg.input_sources.clone(),
+        bounded_exps: kg
+            .graph
+            .ids()
+            .filter(|id| kg.graph.node(*id).op == Op::Unary(UnaryOp::Exp))
+            .filter(|id| part.bounded_exps[kg.origin[id.index()].index()])
+            .collect(),
         ..Default::default()
     };
     let mut next_workspace = part.workspaces.len() as u32;

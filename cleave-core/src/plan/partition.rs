@@ -124,6 +124,8 @@ pub struct Partition {
     /// Per node: whether a later kernel computes it again, beside the [`Part::Rows`] kernel
     /// that computes it first (an elementwise value is cheaper recomputed than stored).
     pub recomputed: Vec<bool>,
+    /// Per node: an exp that needs no running max ([`super::lower::stabilize::bounded_exps`]).
+    pub bounded_exps: Vec<bool>,
     /// The reductions over a split-count axis, where the combine kernel begins.
     pub combine_roots: Vec<NodeId>,
     /// Kernels in launch order.
@@ -243,6 +245,7 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
         let origin = g.ids().collect();
         return Ok(Partition {
             same_elements: super::rows::same_elements(g),
+            bounded_exps: super::lower::stabilize::bounded_exps(g),
             recomputed: vec![false; part.len()],
             part,
             combine_roots,
@@ -294,7 +297,15 @@ pub fn partition(g: &ValidGraph) -> Result<Partition, PartitionError> {
         .enumerate()
         .map(|(k, &p)| extract(g, &part, &recomputed, k, (p, k + 1 == parts.len()), &workspaces))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Partition { part, same_elements: super::rows::same_elements(g), recomputed, combine_roots, kernels, workspaces })
+    Ok(Partition {
+        part,
+        same_elements: super::rows::same_elements(g),
+        bounded_exps: super::lower::stabilize::bounded_exps(g),
+        recomputed,
+        combine_roots,
+        kernels,
+        workspaces,
+    })
 }
 
 /// The live computed nodes of `g` in the groups that share none, each in node order, the groups
@@ -406,6 +417,7 @@ pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<
     }
     Some(Ok(Partition {
         same_elements: super::rows::same_elements(g),
+        bounded_exps: super::lower::stabilize::bounded_exps(g),
         recomputed: (0..part.len()).map(|i| again.iter().any(|a| a[i])).collect(),
         part,
         combine_roots: Vec::new(),

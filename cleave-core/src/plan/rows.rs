@@ -121,9 +121,11 @@ pub fn row_first(g: &ValidGraph) -> Option<Result<Partition, PartitionError>> {
         .collect::<Result<Vec<_>, _>>();
     let recomputed = (0..part.len()).map(|i| again.iter().any(|a| a[i])).collect();
     let same_elements = same_elements(g);
+    let bounded_exps = super::lower::stabilize::bounded_exps(g);
     Some(kernels.map(|kernels| Partition {
         part,
         same_elements,
+        bounded_exps,
         recomputed,
         combine_roots: Vec::new(),
         kernels,

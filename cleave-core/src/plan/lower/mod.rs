@@ -62,6 +62,9 @@ pub struct KernelIo {
     /// ([`KernelGraph::input_sources`](crate::plan::KernelGraph::input_sources)); empty: the
     /// input's own type.
     pub input_sources: Vec<Vec<DType>>,
+    /// Exps of this kernel's graph that need no running max: a user's own shift by the max,
+    /// at most one ([`stabilize::bounded_exps`], decided on the partitioned graph).
+    pub bounded_exps: BTreeSet<NodeId>,
 }
 
 /// The planned kernel and what the next kernel of its launch needs to know about it.

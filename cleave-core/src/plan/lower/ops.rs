@@ -82,11 +82,17 @@ impl Lowerer<'_> {
                     // scale per column of a product's left operand, declared as `[k, 1]`):
                     // its rows are the block's columns. Any other transposed tile would need
                     // a transposed read of shared memory, which elementwise code lacks.
-                    let BufKind::Smem { cols: 1, .. } = self.bufs[buf.0 as usize].kind else {
+                    let BufKind::Smem { cols: 1, rows, .. } = self.bufs[buf.0 as usize].kind else {
                         return Err(PlanError::TransposedElementwise);
                     };
                     if self.row_layout(tmap) != Some(RowLayout::Broadcast) {
                         return Err(PlanError::TransposedElementwise);
+                    }
+                    // One element (a `[1, 1]` tensor) is the same transposed: read as a tile, it
+                    // broadcasts over the block's columns too, where a column read would stop
+                    // after the tile's one row.
+                    if rows == 1 {
+                        return Ok((Expr::Src(Src::Tile(*buf)), 1, None));
                     }
                     return Ok((Expr::Src(Src::Column(*buf)), cols, None));
                 }

@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::KernelIo;
-use crate::graph::{BinaryOp, Graph, NodeId, Op, UnaryOp};
+use crate::graph::{BinaryOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use crate::plan::error::PlanError;
 use crate::plan::program::Binding;
 use crate::schedule::itgraph::ItGraph;
@@ -78,7 +78,13 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
         }
         if reds.is_empty() {
             let stored = scaled_input(src).or_else(|| io.shifted_exps.get(&src).copied());
-            let Some(stored) = stored else { return Err(PlanError::UnstabilizedExp(src)) };
+            let Some(stored) = stored else {
+                if io.bounded_exps.contains(&src) {
+                    // At most one, computed as written ([`bounded_exps`]).
+                    continue;
+                }
+                return Err(PlanError::UnstabilizedExp(src));
+            };
             out.insert(src, Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: Some(stored) });
             continue;
         }
@@ -106,6 +112,68 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
         }
     }
     Ok(out)
+}
+
+/// Per node of `g` (by [`NodeId::index`]): whether it is an exp that needs no running max, a
+/// user's own `exp(x - max(x, axis))` ([`at_most_one`]) whose underflow far below the max no
+/// later op turns into an infinity ([`underflow_harmless`]). Decided on the whole graph a
+/// launch computes, before it is partitioned, so that ops in later kernels count too; each
+/// kernel learns its share through [`KernelIo::bounded_exps`].
+pub fn bounded_exps(g: &Graph) -> Vec<bool> {
+    g.ids()
+        .map(|id| g.node(id).op == Op::Unary(UnaryOp::Exp) && at_most_one(g, id) && underflow_harmless(g, id))
+        .collect()
+}
+
+/// Whether `exp` is `exp(x - max(x, axis))`, a user's own shift by the max along some axis:
+/// rounding is monotone, so no rounded `x - max` exceeds zero and the exp is at most one in
+/// f32 as in exact arithmetic.
+fn at_most_one(g: &Graph, exp: NodeId) -> bool {
+    let d = g.node(exp).args[0];
+    let n = g.node(d);
+    if n.op != Op::Binary(BinaryOp::Sub) {
+        return false;
+    }
+    let (x, m) = (n.args[0], n.args[1]);
+    matches!(g.node(m).op, Op::Reduce(ReduceOp::Max, _)) && same_value(g, g.node(m).args[0], x)
+}
+
+/// Whether `a` and `b` hold the same elements: one node, or transposes of one (a graph
+/// computed transposed reads an input through a transpose per use).
+fn same_value(g: &Graph, a: NodeId, b: NodeId) -> bool {
+    a == b || {
+        let (p, q) = (g.node(a), g.node(b));
+        p.op == Op::Transpose && q.op == Op::Transpose && same_value(g, p.args[0], q.args[0])
+    }
+}
+
+/// Whether the values computed from `exp` element by element never become a divisor, a
+/// reciprocal or a log, nor reach a reduction: far below its max, `exp(x - max)` underflows to
+/// zero in f32, which such an op would turn into an infinity where the true result is finite.
+/// Sums, products and the other functions of a zero stay within an absolute error the size of
+/// the smallest f32.
+fn underflow_harmless(g: &Graph, exp: NodeId) -> bool {
+    let users = g.users();
+    let mut seen = vec![false; g.nodes.len()];
+    let mut stack = vec![exp];
+    while let Some(x) = stack.pop() {
+        for &u in &users[x.index()] {
+            let n = g.node(u);
+            let harmful = match n.op {
+                Op::Unary(UnaryOp::Log | UnaryOp::Recip | UnaryOp::Rsqrt) => true,
+                Op::Binary(BinaryOp::Div) => n.args[1] == x,
+                Op::Reduce(..) | Op::MatMul => true,
+                _ => false,
+            };
+            if harmful {
+                return false;
+            }
+            if !std::mem::replace(&mut seen[u.index()], true) {
+                stack.push(u);
+            }
+        }
+    }
+    true
 }
 
 /// The reductions of `ops` that consume `src` linearly, and the first reduction (if any) that
@@ -280,6 +348,35 @@ mod tests {
         let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = exp(sum(s, axis=-1))");
         let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
         assert_eq!(analyze(&g, &top, &KernelIo::default()), Err(PlanError::UnstabilizedExp(exp)));
+    }
+
+    #[test]
+    fn a_users_own_shift_by_the_max_is_computed_as_written_where_underflow_is_harmless() {
+        let out = "{ y: \"f32[m, l]\" }";
+        let level = |body: &str| {
+            let g = graph_with_output("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\", v: \"f32[m, l]\" }", out, body);
+            let top = schedule(&g, &configs(&g).remove(0)).expect("schedules");
+            let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+            let bounded = bounded_exps(&g);
+            let io =
+                KernelIo { bounded_exps: g.ids().filter(|id| bounded[id.index()]).collect(), ..KernelIo::default() };
+            (analyze(&g, &top, &io), exp)
+        };
+        // At most one: no running max, no source.
+        for body in ["y = exp(s - max(s, axis=-1)) - v", "y = v * exp(s - max(s, axis=-1)) + sigmoid(v)"] {
+            assert_eq!(level(body).0, Ok(BTreeMap::new()), "{body}");
+        }
+        // A shift by another tensor's max bounds nothing; a divisor or a log of the
+        // underflowed exp is infinite where the true value is not.
+        for body in [
+            "y = exp(s - max(v, axis=-1))",
+            "y = v / exp(s - max(s, axis=-1))",
+            "y = log(exp(s - max(s, axis=-1))) * v",
+            "y = recip(exp(s - max(s, axis=-1)) * v)",
+        ] {
+            let (got, exp) = level(body);
+            assert_eq!(got, Err(PlanError::UnstabilizedExp(exp)), "{body}");
+        }
     }
 
     #[test]
