@@ -1411,6 +1411,13 @@ fn every_launch_within_tolerance(
     }
 }
 
+/// Bindings of `g`'s dims at their declared values, with dynamic dim `name` at `value`.
+fn bound(g: &cleave_core::graph::ValidGraph, name: &str, value: u64) -> Bindings {
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find(name).expect("the dim exists").index()] = value;
+    b
+}
+
 #[test]
 fn an_output_the_algebra_reduces_to_an_input_is_stored_by_every_launch() {
     // `transpose(transpose(x))` is `x`: an output whose node is the input itself, which no
@@ -1492,9 +1499,7 @@ fn two_tile_kernels_one_transposed(
     let tiles: Vec<&TileKernel> = l.kernels.iter().filter_map(|k| k.tile()).collect();
     assert_eq!((tiles.len(), l.kernels.len(), l.workspaces.len()), (2, 2, 0), "{:?}", c.stats);
     assert_eq!(tiles.iter().filter(|k| transposed_tiles(k).0).count(), 1, "one kernel reads its tiles transposed");
-    let mut b = Bindings::of_table(&g.dims);
-    b.values[g.dims.find("t").expect("t").index()] = t;
-    every_launch_within_tolerance(g, &c, &b, seed, scale, max_exp_arg);
+    every_launch_within_tolerance(g, &c, &bound(g, "t", t), seed, scale, max_exp_arg);
 }
 
 #[test]
@@ -1533,9 +1538,7 @@ fn an_output_no_tile_program_computes_leaves_the_others_tiled() {
     let written =
         |k: &Kernel| -> Vec<String> { k.params().iter().filter(|p| p.output).map(|p| p.name.clone()).collect() };
     assert_eq!((written(&l.kernels[0]), written(&l.kernels[1])), (vec!["y".to_string()], vec!["e".to_string()]));
-    let mut b = Bindings::of_table(&g.dims);
-    b.values[g.dims.find("t").expect("t").index()] = 77;
-    every_launch_within_tolerance(&g, &c, &b, 21, 4.0, 4.0 * 6.0);
+    every_launch_within_tolerance(&g, &c, &bound(&g, "t", 77), 21, 4.0, 4.0 * 6.0);
 }
 
 #[test]
@@ -1579,9 +1582,7 @@ fn a_users_own_shift_by_the_max_is_a_tile_kernel() {
         let tiles: Vec<&TileKernel> = c.best().kernels.iter().filter_map(|k| k.tile()).collect();
         assert_eq!((tiles.len(), c.best().kernels.len()), (kernels, kernels), "axis {axis}: {:?}", c.stats);
         assert!(tiles.iter().all(|k| transposed_tiles(k).0 == transposed), "axis {axis}");
-        let mut b = Bindings::of_table(&g.dims);
-        b.values[g.dims.find("t").expect("t").index()] = 61;
-        every_launch_within_tolerance(&g, &c, &b, 17, 30.0, 0.0);
+        every_launch_within_tolerance(&g, &c, &bound(&g, "t", 61), 17, 30.0, 0.0);
     }
 }
 
@@ -1598,7 +1599,5 @@ fn a_one_element_tile_read_transposed_broadcasts_over_the_blocks_columns() {
         "a = square(sum(exp(x) * s, axis=0) / sum(exp(x), axis=0))\n      q = square(transpose(s))",
     );
     let c = compile(&g, &Options::default()).expect("compiles");
-    let mut b = Bindings::of_table(&g.dims);
-    b.values[g.dims.find("t").expect("t").index()] = 28;
-    every_launch_within_tolerance(&g, &c, &b, 5, 2.0, 12.0);
+    every_launch_within_tolerance(&g, &c, &bound(&g, "t", 28), 5, 2.0, 12.0);
 }

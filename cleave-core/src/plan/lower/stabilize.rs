@@ -120,31 +120,29 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
 /// launch computes, before it is partitioned, so that ops in later kernels count too; each
 /// kernel learns its share through [`KernelIo::bounded_exps`].
 pub fn bounded_exps(g: &Graph) -> Vec<bool> {
+    let users = g.users();
+    // A graph computed transposed reads an input through a transpose per use: two nodes, one
+    // class of elements.
+    let class = crate::plan::rows::same_elements(g);
     g.ids()
-        .map(|id| g.node(id).op == Op::Unary(UnaryOp::Exp) && at_most_one(g, id) && underflow_harmless(g, id))
+        .map(|id| {
+            g.node(id).op == Op::Unary(UnaryOp::Exp) && at_most_one(g, &class, id) && underflow_harmless(g, &users, id)
+        })
         .collect()
 }
 
-/// Whether `exp` is `exp(x - max(x, axis))`, a user's own shift by the max along some axis:
+/// Whether `exp` is `exp(x - max(x, axis))`, a user's own shift by the max along some axis
+/// (the same `x`: one class of `class`, [`same_elements`](crate::plan::rows::same_elements)):
 /// rounding is monotone, so no rounded `x - max` exceeds zero and the exp is at most one in
 /// f32 as in exact arithmetic.
-fn at_most_one(g: &Graph, exp: NodeId) -> bool {
+fn at_most_one(g: &Graph, class: &[NodeId], exp: NodeId) -> bool {
     let d = g.node(exp).args[0];
     let n = g.node(d);
     if n.op != Op::Binary(BinaryOp::Sub) {
         return false;
     }
     let (x, m) = (n.args[0], n.args[1]);
-    matches!(g.node(m).op, Op::Reduce(ReduceOp::Max, _)) && same_value(g, g.node(m).args[0], x)
-}
-
-/// Whether `a` and `b` hold the same elements: one node, or transposes of one (a graph
-/// computed transposed reads an input through a transpose per use).
-fn same_value(g: &Graph, a: NodeId, b: NodeId) -> bool {
-    a == b || {
-        let (p, q) = (g.node(a), g.node(b));
-        p.op == Op::Transpose && q.op == Op::Transpose && same_value(g, p.args[0], q.args[0])
-    }
+    matches!(g.node(m).op, Op::Reduce(ReduceOp::Max, _)) && class[g.node(m).args[0].index()] == class[x.index()]
 }
 
 /// Whether the values computed from `exp` element by element never become a divisor, a
@@ -152,8 +150,7 @@ fn same_value(g: &Graph, a: NodeId, b: NodeId) -> bool {
 /// zero in f32, which such an op would turn into an infinity where the true result is finite.
 /// Sums, products and the other functions of a zero stay within an absolute error the size of
 /// the smallest f32.
-fn underflow_harmless(g: &Graph, exp: NodeId) -> bool {
-    let users = g.users();
+fn underflow_harmless(g: &Graph, users: &[Vec<NodeId>], exp: NodeId) -> bool {
     let mut seen = vec![false; g.nodes.len()];
     let mut stack = vec![exp];
     while let Some(x) = stack.pop() {
