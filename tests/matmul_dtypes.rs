@@ -1,7 +1,8 @@
 //! Matmuls over every pair of operand dtypes: the tile interpreter (the scheduler's spec) and
 //! the generated CUDA on the host emulator both match the f64 reference within the tolerance of
 //! the types, and agree with each other, for the fused schedule where one exists and for the
-//! fallback. Tensor-core products appear only for f16 × f16 and bf16 × bf16.
+//! fallback. Every pair runs on the tensor cores: two inputs of one 16-bit type on 16-bit
+//! products, anything else on tf32 ones, an f32 operand split into a head and a tail.
 
 use cleave::emulate;
 use cleave::runtime::host::EmuOptions;
@@ -9,8 +10,10 @@ use cleave_core::codegen::plan::plan_data;
 use cleave_core::front::check_source;
 use cleave_core::graph::{Bindings, DType};
 use cleave_core::pipeline::{compile, Options};
-use cleave_core::plan::{interp, Kernel, Launch, Stmt};
+use cleave_core::plan::program::flatten;
+use cleave_core::plan::{interp, Kernel, Launch, MmaKind, Stmt};
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
+use std::collections::BTreeSet;
 
 const DTYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
@@ -18,16 +21,34 @@ fn name(d: DType) -> &'static str {
     d.name()
 }
 
-fn has_mma(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Mma { .. } => true,
-        Stmt::Loop { body, .. } => has_mma(body),
-        _ => false,
-    })
+/// The kinds of the launch's tensor-core products, in a stable order.
+fn mma_kinds(l: &Launch) -> BTreeSet<String> {
+    let tiles = l.kernels.iter().filter_map(|k| k.tile());
+    tiles
+        .flat_map(|k| {
+            flatten(&k.body).into_iter().filter_map(|s| match s {
+                Stmt::Mma { kind, .. } => Some(format!("{kind:?}")),
+                _ => None,
+            })
+        })
+        .collect()
 }
 
-fn uses_tensor_cores(l: &Launch) -> bool {
-    l.kernels.iter().any(|k| matches!(k, Kernel::Tile(t) if has_mma(&t.body)))
+/// The kind of a product of a left operand of type `a` (`None`: computed in f32 registers from
+/// inputs of type `from`) and a right input of type `b`.
+fn expected_kind(a: Option<DType>, from: DType, b: DType) -> MmaKind {
+    let half = b != DType::F32
+        && match a {
+            Some(a) => a == b,
+            // A computed operand is rounded to the right operand's type where its inputs'
+            // precision survives that: inputs of that type, or f32 ones by design.
+            None => from == b || from == DType::F32,
+        };
+    if half {
+        MmaKind::Half
+    } else {
+        MmaKind::Tf32 { a_split: a.is_none_or(|a| a == DType::F32), b_split: b == DType::F32 }
+    }
 }
 
 #[test]
@@ -44,13 +65,18 @@ fn every_operand_dtype_pair_agrees_in_the_interpreter_and_the_emulator() {
             );
             let g = check_source(yaml.as_bytes()).expect("the declaration checks").kernels.remove(0).1;
             let c = compile(&g, &Options::default()).unwrap_or_else(|e| panic!("{}: {e}", g.name));
-            // Two inputs of one 16-bit type go to the tensor cores; so does a left operand
-            // computed from f32 inputs, rounded to a 16-bit right operand's type (`z` of an
-            // f32 `x`, its own tile kernel beside `y`'s fallback stages). Nothing else does.
-            let exact_pair = a == b && a != DType::F32;
-            let expected = exact_pair || (a == DType::F32 && b != DType::F32);
-            if c.ranked.iter().any(|r| uses_tensor_cores(&r.candidate.launch)) != expected {
-                failures.push(format!("{}: tensor cores {}", g.name, if expected { "missing" } else { "used" }));
+            // `y` multiplies the inputs as declared, `z` a computed left operand.
+            let expected: BTreeSet<String> =
+                [expected_kind(Some(a), a, b), expected_kind(None, a, b)].iter().map(|k| format!("{k:?}")).collect();
+            let all_tile = c.ranked.iter().find(|r| r.candidate.launch.kernels.iter().all(|k| k.tile().is_some()));
+            match all_tile {
+                Some(r) if mma_kinds(&r.candidate.launch) == expected => {}
+                Some(r) => failures.push(format!(
+                    "{}: products {:?}, expected {expected:?}",
+                    g.name,
+                    mma_kinds(&r.candidate.launch)
+                )),
+                None => failures.push(format!("{}: no launch of tile kernels alone", g.name)),
             }
             let mut b_ = Bindings::of_table(&g.dims);
             for (v, d) in g.dims.iter() {
@@ -61,16 +87,13 @@ fn every_operand_dtype_pair_agrees_in_the_interpreter_and_the_emulator() {
             let inputs = random_inputs(&g, &b_, 3, &InputScale { default: 2.0, per_input: vec![] });
             let want = eval(&g, &b_, &inputs).expect("reference");
             let tol = tolerance(&g, &b_, 0.0);
-            // The best launch with tile kernels (if any; beside fallback stages, when one
-            // output has none) and the fallback.
-            let tile =
-                c.ranked.iter().find(|r| r.candidate.launch.kernels.iter().any(|k| matches!(k, Kernel::Tile(_))));
+            // The best launch of tile kernels alone and the fallback.
             let stage =
                 c.ranked.iter().find(|r| r.candidate.launch.kernels.iter().all(|k| matches!(k, Kernel::Stage(_))));
             if stage.is_none() {
                 failures.push(format!("{}: no fallback among the kept launches", g.name));
             }
-            for r in tile.into_iter().chain(stage) {
+            for r in all_tile.into_iter().chain(stage) {
                 let launch = &r.candidate.launch;
                 let mut lb = Bindings::of_table(launch.dims());
                 lb.values[..b_.values.len()].copy_from_slice(&b_.values);
@@ -91,7 +114,7 @@ fn every_operand_dtype_pair_agrees_in_the_interpreter_and_the_emulator() {
                         continue;
                     }
                 };
-                let kind = if uses_tensor_cores(launch) { "mma" } else { "no mma" };
+                let kind = if mma_kinds(launch).is_empty() { "no mma" } else { "mma" };
                 for o in 0..want.len() {
                     let e_spec = max_rel_err(&spec[o].data, &want[o].data);
                     let e_emu = max_rel_err(&emu[o].data, &want[o].data);

@@ -10,8 +10,8 @@ use cleave_core::pipeline::{compile, compile_variants, seconds_at, Compiled, Opt
 use cleave_core::plan::program::flatten;
 use cleave_core::plan::stage::LANES;
 use cleave_core::plan::{
-    fallback, interp, kernel_cost, stage_cost, Bound, BufKind, Expr, Kernel, Launch, MergeOp, SExpr, Src, StageKernel,
-    Stmt, TileKernel, WorkspaceType,
+    fallback, interp, kernel_cost, stage_cost, Bound, BufKind, Expr, Kernel, Launch, MergeOp, MmaKind, SExpr, Src,
+    StageKernel, Stmt, TileKernel, WorkspaceType,
 };
 use cleave_core::reference::{eval, max_rel_err, random_inputs, tolerance, InputScale};
 use cleave_core::toolchain::ArchSet;
@@ -1436,16 +1436,26 @@ fn an_output_the_algebra_reduces_to_an_input_is_stored_by_every_launch() {
     every_launch_within_tolerance(&g, &c, &b, 5, 2.0, 8.0);
 }
 
+/// The kinds of the tensor-core products of a launch's tile kernels, in program order.
+fn mma_kinds(l: &Launch) -> Vec<MmaKind> {
+    let tiles = l.kernels.iter().filter_map(|k| k.tile());
+    let stmts = tiles.flat_map(|k| flatten(&k.body));
+    stmts
+        .filter_map(|s| match s {
+            Stmt::Mma { kind, .. } => Some(*kind),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_computed_left_operand_keeps_the_precision_its_inputs_declared() {
     // `-x` is computed, so the tensor cores would take it in the right operand's type. From f16
     // inputs, bf16 drops three bits of mantissa; where the 96 terms of a row cancel, that moved
     // the product by far more than any output's rounding (generated seed 134893: 0.46 where
-    // 0.16 was allowed; 0.32 here). Such a product is the fallback's, in f32; of one type it
-    // stays on the tensor cores, and an f32 source is rounded by design.
-    for (x, w, tensor_cores) in
-        [("f16", "bf16", false), ("bf16", "f16", false), ("f16", "f16", true), ("f32", "bf16", true)]
-    {
+    // 0.16 was allowed; 0.32 here). Such a product keeps `-x` in f32 and runs on split tf32
+    // products; of one type it is rounded to that type, and an f32 source is rounded by design.
+    for (x, w, split) in [("f16", "bf16", true), ("bf16", "f16", true), ("f16", "f16", false), ("f32", "bf16", false)] {
         let g = columns_kernel(
             "s: { value: 64, dynamic: true }, k: 96, n: 16",
             &format!("x: \"{x}[s, k]\", w: \"{w}[k, n]\""),
@@ -1453,16 +1463,21 @@ fn a_computed_left_operand_keeps_the_precision_its_inputs_declared() {
             "y = sigmoid(matmul(-x, w))",
         );
         let c = compile(&g, &Options::default()).expect("compiles");
-        let products = |l: &Launch| -> usize { l.kernels.iter().filter_map(|k| k.tile()).map(|k| mmas(&k.body)).sum() };
-        if tensor_cores {
-            assert!(products(c.best()) > 0, "{x} × {w}: the tensor cores");
+        let best = mma_kinds(c.best());
+        assert!(!best.is_empty(), "{x} × {w}: the tensor cores");
+        let want = if split { MmaKind::Tf32 { a_split: true, b_split: false } } else { MmaKind::Half };
+        assert!(best.iter().all(|k| *k == want), "{x} × {w}: {best:?}");
+        if !split {
             continue;
         }
         let mut b = Bindings::of_table(&g.dims);
         b.values[g.dims.find("s").expect("s").index()] = 37;
         for r in &c.ranked {
             let l = &r.candidate.launch;
-            assert_eq!(products(l), 0, "{x} × {w}: no launch rounds `-x` for the tensor cores");
+            assert!(
+                mma_kinds(l).iter().all(|k| *k != MmaKind::Half),
+                "{x} × {w}: no launch rounds `-x` for the tensor cores"
+            );
             let (got, want) = interpreted(&g, l, &b, 134_893, 6.0);
             let e = max_rel_err(&got[0].data, &want[0].data);
             assert!(e < tolerance(&g, &b, 0.0), "{x} × {w}: {e}");
@@ -1600,4 +1615,42 @@ fn a_one_element_tile_read_transposed_broadcasts_over_the_blocks_columns() {
     );
     let c = compile(&g, &Options::default()).expect("compiles");
     every_launch_within_tolerance(&g, &c, &bound(&g, "t", 28), 5, 2.0, 12.0);
+}
+
+#[test]
+fn a_transposed_left_operand_is_one_matrix_per_block() {
+    // `transpose(x)` of a batched `x` is read transposed, each matrix stored `k × rows` in its
+    // tile. A block over two matrices packed their rows together, and the fragment loads (and
+    // the interpreter) read the second matrix's rows from the first one's columns: every launch
+    // that did was wrong (generated seed 1229, 31× off). Such blocks are refused, and the
+    // launches that remain tile one matrix a block.
+    let g = columns_kernel(
+        "a: 16, b: { value: 3, dynamic: true }, c: { value: 16, dynamic: true }",
+        "x: \"f16[a, b, c]\", w: \"f16[c, b]\"",
+        "y: \"f32[a, c, c]\"",
+        "y = matmul(transpose(x), transpose(w))",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    assert!(c.ranked.iter().any(|r| r.candidate.launch.kernels.iter().all(|k| k.tile().is_some())));
+    let mut b = bound(&g, "b", 40);
+    b.values[g.dims.find("c").expect("c").index()] = 24;
+    every_launch_within_tolerance(&g, &c, &b, 1229, 2.0, 0.0);
+}
+
+#[test]
+fn a_product_that_feeds_an_exp_keeps_its_computed_operand_in_f32() {
+    // Rounded to 16 bits, `-x` would move the scores by an error the exp amplifies by their
+    // magnitude; such a product was the fallback's. It now keeps `-x` in f32, split into tf32
+    // head and tail, and the whole softmax is one tile kernel.
+    let g = columns_kernel(
+        "s: { value: 64, dynamic: true }, k: 96, n: 64",
+        "x: \"f16[s, k]\", w: \"f16[k, n]\"",
+        "y: \"f32[s, n]\"",
+        "y = softmax(matmul(-x, w), axis=-1)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    assert_eq!(c.best().kernels.len(), 1, "one kernel");
+    assert!(c.best().kernels[0].tile().is_some(), "a tile kernel");
+    assert_eq!(mma_kinds(c.best()), [MmaKind::Tf32 { a_split: true, b_split: false }]);
+    every_launch_within_tolerance(&g, &c, &bound(&g, "s", 37), 17, 8.0, 0.0);
 }

@@ -139,6 +139,7 @@ enum class Op : uint8_t {
   None,
   MmaF16,
   MmaBf16,
+  MmaTf32,
   LdsmX4,
   LdsmX4Trans,
   LdsmX2,
@@ -156,6 +157,7 @@ inline const char* op_name(Op op) {
     case Op::None: return "nothing";
     case Op::MmaF16: return "mma_m16n8k16";
     case Op::MmaBf16: return "mma_m16n8k16_bf16";
+    case Op::MmaTf32: return "mma_m16n8k8_tf32";
     case Op::LdsmX4: return "ldmatrix_x4";
     case Op::LdsmX4Trans: return "ldmatrix_x4_trans";
     case Op::LdsmX2: return "ldmatrix_x2";
@@ -600,6 +602,19 @@ inline void check_global(Worker& w, const void* base, const void* p, size_t n, c
           line, base);
 }
 
+// The accumulator layout every product shares: lane l holds (g, 2t), (g, 2t+1), (g+8, 2t),
+// (g+8, 2t+1) with g = l / 4, t = l % 4.
+inline void write_mma_d(WarpState& ws, const float (&D)[16][8]) {
+  for (uint32_t l = 0; l < 32; ++l) {
+    uint32_t g = l >> 2, t2 = (l & 3) * 2;
+    float* d = static_cast<float*>(ws.out[l]);
+    d[0] = D[g][t2];
+    d[1] = D[g][t2 + 1];
+    d[2] = D[g + 8][t2];
+    d[3] = D[g + 8][t2 + 1];
+  }
+}
+
 template <float (*Cvt)(uint16_t)>
 inline void compute_mma(WarpState& ws) {
   float A[16][16], B[16][8], C[16][8];
@@ -642,14 +657,41 @@ inline void compute_mma(WarpState& ws) {
     }
     for (int j = 0; j < 8; ++j) D[i][j] = float(acc[j]);
   }
+  write_mma_d(ws, D);
+}
+
+// The tf32 product m16n8k8. The tensor cores read only the upper 19 bits of a tf32 operand,
+// so the lower 13 are dropped here too. Products of two tf32 values are exact in double, and
+// the sums run in a fixed order, as in `compute_mma`.
+inline void compute_mma_tf32(WarpState& ws) {
+  double A[16][8], B[8][8];
+  float C[16][8];
+  const auto tf32 = [](uint32_t u) { return double(bits_f32(u & 0xffffe000u)); };
   for (uint32_t l = 0; l < 32; ++l) {
-    uint32_t g = l >> 2, t2 = (l & 3) * 2;
-    float* d = static_cast<float*>(ws.out[l]);
-    d[0] = D[g][t2];
-    d[1] = D[g][t2 + 1];
-    d[2] = D[g + 8][t2];
-    d[3] = D[g + 8][t2 + 1];
+    uint32_t g = l >> 2, t = l & 3, t2 = t * 2;
+    const uint32_t* a = static_cast<const uint32_t*>(ws.in0[l]);
+    const uint32_t* b = static_cast<const uint32_t*>(ws.in1[l]);
+    const float* c = static_cast<const float*>(ws.in2[l]);
+    A[g][t] = tf32(a[0]);
+    A[g + 8][t] = tf32(a[1]);
+    A[g][t + 4] = tf32(a[2]);
+    A[g + 8][t + 4] = tf32(a[3]);
+    B[t][g] = tf32(b[0]);
+    B[t + 4][g] = tf32(b[1]);
+    C[g][t2] = c[0];
+    C[g][t2 + 1] = c[1];
+    C[g + 8][t2] = c[2];
+    C[g + 8][t2 + 1] = c[3];
   }
+  float D[16][8];
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      double acc = C[i][j];
+      for (int k = 0; k < 8; ++k) acc += A[i][k] * B[k][j];
+      D[i][j] = float(acc);
+    }
+  }
+  write_mma_d(ws, D);
 }
 
 inline void compute_ldmatrix(Worker& w, uint32_t warp, WarpState& ws, int nmat, bool trans) {
@@ -693,6 +735,7 @@ inline void compute(Worker& w, uint32_t warp, WarpState& ws) {
   switch (ws.op) {
     case Op::MmaF16: compute_mma<f16_bits_to_f32>(ws); break;
     case Op::MmaBf16: compute_mma<bf16_bits_to_f32>(ws); break;
+    case Op::MmaTf32: compute_mma_tf32(ws); break;
     case Op::LdsmX4: compute_ldmatrix(w, warp, ws, 4, false); break;
     case Op::LdsmX4Trans: compute_ldmatrix(w, warp, ws, 4, true); break;
     case Op::LdsmX2: compute_ldmatrix(w, warp, ws, 2, false); break;
@@ -1122,6 +1165,21 @@ inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], c
 inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
                               CLEAVE_EMU_LINE) {
   emu::detail::collective(emu::detail::Op::MmaBf16, line, a, b, c, d);
+}
+
+inline void mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+                             CLEAVE_EMU_LINE) {
+  emu::detail::collective(emu::detail::Op::MmaTf32, line, a, b, c, d);
+}
+
+inline uint32_t f32_bits(float x) { return emu::detail::f32_bits(x); }
+inline float f32_of_bits(uint32_t u) { return emu::detail::bits_f32(u); }
+
+// cvt.rna.tf32.f32: to nearest, ties away from zero; a NaN becomes the canonical one.
+inline uint32_t tf32_rna(float x) {
+  const uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
+  return (u + 0x1000u) & 0xffffe000u;
 }
 
 // The device hides v from ptxas's rematerialization; on the host there is nothing to hide.

@@ -78,6 +78,29 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4
         "f"(c[1]), "f"(c[2]), "f"(c[3])));
 }
 
+// The tf32 product m16n8k8: A holds rows g, g + 8 at depths t, t + 4 (g = lane / 4,
+// t = lane % 4), B depths t, t + 4 of column g, each an f32 whose low 13 mantissa bits are
+// zero (`tf32_rna`, `tf32_head`, or a widened f16 or bf16).
+__device__ __forceinline__ void mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                                 const float c[4]) {
+  CLEAVE_SM80_OR_TRAP(asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+        "f"(c[1]), "f"(c[2]), "f"(c[3])));
+}
+
+// x rounded to tf32 (to nearest, ties away from zero), as f32 bits.
+__device__ __forceinline__ uint32_t tf32_rna(float x) {
+  uint32_t r = 0;
+  CLEAVE_SM80_OR_TRAP(asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x)));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t f32_bits(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ float f32_of_bits(uint32_t u) { return __uint_as_float(u); }
+
 // v, hidden from the optimizer. At high register pressure ptxas recomputes lane-derived
 // values inside a loop rather than keep them; a value it cannot see through it must keep (or
 // spill, which the benchmarks would show). The generated code passes the per-thread ldmatrix
@@ -272,6 +295,22 @@ __host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk, int ch
   return chunk ^ ((row / (8 / chunks_per_row)) & (chunks_per_row - 1));
 }
 
+
+// An f32 operand of the tf32 products is split into a head and a tail, whose products with
+// the other operand's head sum to within a few f32 roundings of the exact product. The head
+// is the value rounded to tf32's 10 mantissa bits, or cut to them where rounding would
+// overflow to infinity (within half a tf32 unit of the largest f32).
+__host__ __device__ __forceinline__ uint32_t tf32_head(float x) {
+  const uint32_t h = tf32_rna(x);
+  return (h & 0x7fffffffu) == 0x7f800000u && isfinite(x) ? (f32_bits(x) & 0xffffe000u) : h;
+}
+
+// What the head leaves, exact in f32, rounded to tf32; nothing for an infinity or NaN, which
+// the head carries alone.
+__host__ __device__ __forceinline__ uint32_t tf32_tail(float x) {
+  const float rest = x - f32_of_bits(tf32_head(x));
+  return isfinite(rest) ? tf32_rna(rest) : 0u;
+}
 
 // Extended-exponent floats for the fallback stage kernels: m * 2^e with m zero, non-finite or
 // of magnitude in [1, 2), so no value overflows or underflows where the true one does not. The

@@ -20,7 +20,7 @@ use crate::graph::{BinaryOp, DType, DimTable, DimVar, Mask, PerRequestKind, Redu
 use crate::index::{Affine, IterId, IterNames, Limit, TMap};
 use crate::plan::program::{
     copies_whole_chunks, deferred_row_sums, is_view, stride_params, Buf, BufId, BufKind, Expr, MaskAt, MergeOp,
-    MergePart, MmaA, MmaB, Param, ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel,
+    MergePart, MmaA, MmaB, MmaKind, Param, ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel,
 };
 use crate::plan::{Kernel, Launch};
 
@@ -867,7 +867,7 @@ impl Gen<'_> {
                 continue;
             }
             // Consecutive products of one left operand share its fragment loads.
-            if let Stmt::Mma { a, k, b, .. } = body[i] {
+            if let Stmt::Mma { a, k, b, kind, .. } = body[i] {
                 let a_buf = match a {
                     MmaA::Smem { buf, .. } | MmaA::Frag(buf) => buf,
                 };
@@ -876,9 +876,10 @@ impl Gen<'_> {
                     _ => None,
                 };
                 let mut group = Vec::new();
-                while let Some(&Stmt::Mma { acc, a: a2, b: b2, k: k2, accumulate }) = body.get(i) {
+                while let Some(&Stmt::Mma { acc, a: a2, b: b2, k: k2, accumulate, kind: kind2 }) = body.get(i) {
                     let fits = a2 == a
                         && k2 == k
+                        && kind2 == kind
                         && b_type(b2.buf) == b_type(b.buf)
                         && acc != a_buf
                         && group.iter().all(|&(g, _, _)| g != acc);
@@ -888,7 +889,10 @@ impl Gen<'_> {
                     group.push((acc, b2, accumulate));
                     i += 1;
                 }
-                self.mma(a, k, &group);
+                match kind {
+                    MmaKind::Half => self.mma(a, k, &group),
+                    MmaKind::Tf32 { a_split, b_split } => self.mma_tf32(a, k, &group, a_split, b_split),
+                }
                 continue;
             }
             self.stmt(&body[i]);
@@ -1228,10 +1232,60 @@ impl Gen<'_> {
         for &(acc, _, accumulate) in group {
             self.line(&format!("// {} {}= MMA, k = {k}", self.k.buf(acc).name, if accumulate { "+" } else { "" }));
         }
+        let (whole, k, k_at) = self.open_products(k, group);
+        self.line("#pragma unroll");
+        self.line(&format!("for (int kk = 0; kk < {}; ++kk) {{", k / 16));
+        self.depth += 1;
+        self.line(&format!("uint32_t a[{mt}][4];"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
+        self.depth += 1;
+        match a {
+            MmaA::Smem { buf, trans } => self.a_fragment(buf, trans, k, &k_at, "a[mi]", true),
+            MmaA::Frag(p) => {
+                let p = self.buf_name(p);
+                self.line(&format!("a[mi][0] = {pack}({p}[mi][2 * kk][0], {p}[mi][2 * kk][1]);"));
+                self.line(&format!("a[mi][1] = {pack}({p}[mi][2 * kk][2], {p}[mi][2 * kk][3]);"));
+                self.line(&format!("a[mi][2] = {pack}({p}[mi][2 * kk + 1][0], {p}[mi][2 * kk + 1][1]);"));
+                self.line(&format!("a[mi][3] = {pack}({p}[mi][2 * kk + 1][2], {p}[mi][2 * kk + 1][3]);"));
+            }
+        }
+        self.close();
+        // A whole accumulator's columns start at 0 in every warp; a sliced one's at its warp's.
+        let wn_cols = if whole { "0" } else { "wn" };
+        for &(acc, b, _) in group {
+            let nt = self.frag_tiles_of(acc);
+            let c = self.buf_name(acc);
+            self.line("#pragma unroll");
+            self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
+            self.depth += 1;
+            self.b_pair(b, nt, k, &k_at, wn_cols, true);
+            self.line("#pragma unroll");
+            self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
+            self.depth += 1;
+            self.line("const uint32_t bf0[2] = {bq[0], bq[1]};");
+            self.line(&format!("{mma_fn}({c}[mi][nj], a[mi], bf0, {c}[mi][nj]);"));
+            self.line(&format!("if (nj + 1 < {nt}) {{"));
+            self.depth += 1;
+            self.line("const uint32_t bf1[2] = {bq[2], bq[3]};");
+            self.line(&format!("{mma_fn}({c}[mi][nj + 1], a[mi], bf1, {c}[mi][nj + 1]);"));
+            self.close();
+            self.close();
+            self.close();
+        }
+        self.close();
+        self.close();
+    }
+
+    /// Opens the block of a group of products and zeroes the accumulators they overwrite.
+    /// Returns whether the accumulators are whole, and the depth each warp contracts with the
+    /// expression of its first column: products into whole accumulators contract each warp's
+    /// slice of the split loop's tile, `k / n` deep from row (or column) `wn · k / n` of the
+    /// operands.
+    fn open_products(&mut self, k: u64, group: &[(BufId, MmaB, bool)]) -> (bool, u64, String) {
+        let mt = self.k.warps.m_tiles;
         self.line("{");
         self.depth += 1;
-        // Products into whole accumulators contract each warp's slice of the split loop's
-        // tile: `k / n` deep, from row (or column) `wn · k / n` of the operands.
         let whole = self.whole(group[0].0);
         debug_assert!(group.iter().all(|g| self.whole(g.0) == whole), "a group shares its left operand");
         let (k, k_at) = if whole {
@@ -1252,102 +1306,202 @@ impl Gen<'_> {
                 self.line(&format!("for (int r = 0; r < 4; ++r) {c}[mi][ni][r] = 0.0f;"));
             }
         }
-        self.line("#pragma unroll");
+        (whole, k, k_at)
+    }
+
+    /// Loads the right operand's fragments of the 8-column tiles `nj` and `nj + 1` at step
+    /// `kk` into `bq[4]` (16-bit pairs: `bq[0..2]` tile `nj`, `bq[2..4]` tile `nj + 1`).
+    fn b_pair(&mut self, b: MmaB, nt: u64, k: u64, k_at: &str, wn_cols: &str, tables: bool) {
+        self.line("uint32_t bq[4];");
+        // With an odd tile count the last pair has one tile: an x2 load, whose upper lanes
+        // only mirror the lower ones.
+        self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
+        // The per-thread part of each address, and the part the unrolled kk and nj add.
+        let rb = geom(self.k.buf(b.buf)).row_bytes;
+        let (p, f) = if let Some(tab) = self.table(OffTable::B { buf: b.buf, nt }).filter(|_| tables && !b.n_major) {
+            (format!("{} + {tab}[nj / 2] + kk * {}", self.smem_base(b.buf), 16 * rb), "cleave::ldmatrix_x4_trans")
+        } else if let Some(tab) =
+            self.table(OffTable::BNMajor { buf: b.buf, nt, steps: k / 16 }).filter(|_| tables && b.n_major)
+        {
+            (format!("{} + {tab}[kk] + nj * {}", self.smem_base(b.buf), 8 * rb), "cleave::ldmatrix_x4")
+        } else if b.n_major {
+            self.line(&format!("const int br = {wn_cols} * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
+            self.line("const int bc = ((ll >> 3) & 1) * 8;");
+            (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", k_at), "cleave::ldmatrix_x4")
+        } else {
+            self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
+            self.line(&format!("const int bc = ({wn_cols} * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
+            (self.tile_ptr_split(b.buf, "br", "bc", k_at, "0"), "cleave::ldmatrix_x4_trans")
+        };
+        if nt % 2 == 1 {
+            let f2 = f.replace("x4", "x2");
+            self.line(&format!("if (nj + 1 < {nt}) {{ {f}(bq, {p}); }} else {{ uint32_t b2[2]; {f2}(b2, {p}); bq[0] = b2[0]; bq[1] = b2[1]; bq[2] = 0u; bq[3] = 0u; }}"));
+        } else {
+            self.line(&format!("{f}(bq, {p});"));
+        }
+    }
+
+    /// `acc (+)= a · b` on tf32 products (`MmaKind::Tf32`). Each thread holds the same
+    /// elements an f16 `m16n8k16` gives it: rows `g`, `g + 8` and depths `2t`, `2t + 1`,
+    /// `2t + 8`, `2t + 9` of A, and those depths of column `g` of B. A tf32 `m16n8k8` takes
+    /// rows `g`, `g + 8` and depths `t`, `t + 4` of A and depths `t`, `t + 4` of B; since a
+    /// product's depth order is free, the 16 of depth run as two of them, one over the even
+    /// depths `2t`, `2t + 8` and one over the odd ones, with no data moved between lanes.
+    fn mma_tf32(&mut self, a: MmaA, k: u64, group: &[(BufId, MmaB, bool)], a_split: bool, b_split: bool) {
+        let mt = self.k.warps.m_tiles;
+        for &(acc, _, accumulate) in group {
+            self.line(&format!(
+                "// {} {}= MMA on tf32{}, k = {k}",
+                self.k.buf(acc).name,
+                if accumulate { "+" } else { "" },
+                match (a_split, b_split) {
+                    (true, true) => " (A and B split)",
+                    (true, false) => " (A split)",
+                    (false, true) => " (B split)",
+                    (false, false) => "",
+                }
+            ));
+        }
+        let (whole, k, k_at) = self.open_products(k, group);
+        let f32_tile = |b: BufId| matches!(self.k.buf(b).kind, BufKind::Smem { dtype: DType::F32, .. });
+        if matches!(a, MmaA::Smem { buf, .. } if f32_tile(buf)) || group.iter().any(|g| f32_tile(g.1.buf)) {
+            // The lane's row and first depth in an f16 product's fragments, for element reads.
+            self.line("const int fg = lane >> 2, ft2 = (lane & 3) * 2;");
+        }
+        // One 16-deep step at a time: a step already issues two to six products per output
+        // tile, and unrolled steps let ptxas hoist every step's operand loads, which took all
+        // 255 registers on a 64 × 128 block. A register operand is indexed by the step, so
+        // its steps must unroll; so the offset tables (indexed by it) are not used here.
+        self.line(if matches!(a, MmaA::Frag(_)) { "#pragma unroll" } else { "#pragma unroll 1" });
         self.line(&format!("for (int kk = 0; kk < {}; ++kk) {{", k / 16));
         self.depth += 1;
-        self.line(&format!("uint32_t a[{mt}][4];"));
+        // ah[mi][h]: the tf32 A fragment of row tile mi over the depths 2t + h, 2t + 8 + h
+        // (the head, when split); al the tail.
+        self.line(&format!("uint32_t ah[{mt}][2][4];"));
+        if a_split {
+            self.line(&format!("uint32_t al[{mt}][2][4];"));
+        }
         self.line("#pragma unroll");
         self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
         self.depth += 1;
+        // af: A at (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1), then the same at depth + 8.
+        self.line("float af[8];");
+        let unpack = |d: DType| if d == DType::BF16 { "cleave::unpack_bf162" } else { "cleave::unpack_half2" };
         match a {
-            MmaA::Smem { buf, trans: false } => {
-                // A tile of fewer rows than the MMA tiles cover repeats its last row into the
-                // padding rows: the addresses stay inside the tile, and padding rows of the
-                // product are never stored.
-                let BufKind::Smem { rows, .. } = self.k.buf(buf).kind else { unreachable!("tiles are smem") };
-                if let Some(tab) = self.table(OffTable::A { buf, steps: k / 16 }) {
-                    let rb = geom(self.k.buf(buf)).row_bytes;
-                    self.line(&format!(
-                        "cleave::ldmatrix_x4(a[mi], {} + {tab}[kk] + mi * {});",
-                        self.smem_base(buf),
-                        16 * rb
-                    ));
-                } else if rows < self.row_span() {
-                    self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + (lane & 15);"));
-                    self.line(&format!("const int r = r0 < {rows} ? r0 : {};", rows - 1));
-                    self.a_rows_ldmatrix(buf, &k_at);
-                } else {
-                    self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
-                    self.a_rows_ldmatrix(buf, &k_at);
-                }
-            }
-            MmaA::Smem { buf, trans: true } if self.table(OffTable::ATrans { buf }).is_some() => {
-                let tab = self.table(OffTable::ATrans { buf }).expect("checked");
-                let rb = geom(self.k.buf(buf)).row_bytes;
-                self.line(&format!(
-                    "cleave::ldmatrix_x4_trans(a[mi], {} + {tab}[mi] + kk * {});",
-                    self.smem_base(buf),
-                    16 * rb
-                ));
-            }
-            MmaA::Smem { buf, trans: true } => {
-                self.line(&format!("const int cc = (wm * {mt} + mi) * 16 + ((lane >> 3) & 1) * 8;"));
-                let p = self.tile_ptr_split(buf, "((lane >> 4) << 3) + (lane & 7)", "cc", "kk * 16", "0");
-                self.line(&format!("cleave::ldmatrix_x4_trans(a[mi], {p});"));
-            }
             MmaA::Frag(p) => {
                 let p = self.buf_name(p);
-                self.line(&format!("a[mi][0] = {pack}({p}[mi][2 * kk][0], {p}[mi][2 * kk][1]);"));
-                self.line(&format!("a[mi][1] = {pack}({p}[mi][2 * kk][2], {p}[mi][2 * kk][3]);"));
-                self.line(&format!("a[mi][2] = {pack}({p}[mi][2 * kk + 1][0], {p}[mi][2 * kk + 1][1]);"));
-                self.line(&format!("a[mi][3] = {pack}({p}[mi][2 * kk + 1][2], {p}[mi][2 * kk + 1][3]);"));
+                self.line(&format!(
+                    "for (int r = 0; r < 4; ++r) {{ af[r] = {p}[mi][2 * kk][r]; af[4 + r] = {p}[mi][2 * kk + 1][r]; }}"
+                ));
+            }
+            MmaA::Smem { buf, trans } => {
+                let BufKind::Smem { rows, dtype, .. } = self.k.buf(buf).kind else { unreachable!("tiles are smem") };
+                if dtype == DType::F32 {
+                    // Rows past a tile shorter than the MMA tiles repeat its last row, as the
+                    // 16-bit loads do; their products are never stored.
+                    self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + fg;"));
+                    let clamp = |r: &str| {
+                        if rows < self.row_span() {
+                            format!("({r} < {rows} ? {r} : {})", rows - 1)
+                        } else {
+                            r.to_string()
+                        }
+                    };
+                    let (ra, rb) = (clamp("r0"), clamp("(r0 + 8)"));
+                    let at = |r: &str, c: &str| {
+                        let ptr = if trans { self.tile_ptr(buf, c, r) } else { self.tile_ptr(buf, r, c) };
+                        format!("cleave::ld_shared<float>({ptr})")
+                    };
+                    let c0 = format!("{k_at} + ft2");
+                    let slots = [
+                        (&ra, "0"),
+                        (&ra, "1"),
+                        (&rb, "0"),
+                        (&rb, "1"),
+                        (&ra, "8"),
+                        (&ra, "9"),
+                        (&rb, "8"),
+                        (&rb, "9"),
+                    ];
+                    let loads: Vec<String> = slots
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (r, dk))| format!("af[{i}] = {};", at(r, &format!("{c0} + {dk}"))))
+                        .collect();
+                    loads.iter().for_each(|l| self.line(l));
+                } else {
+                    // The 16-bit tile's fragments as the f16 products load them, widened.
+                    self.line("uint32_t q[4];");
+                    self.a_fragment(buf, trans, k, &k_at, "q", false);
+                    let u = unpack(dtype);
+                    self.line(&format!(
+                        "for (int r = 0; r < 4; ++r) {{ const float2 v = {u}(q[r]); af[2 * r] = v.x; af[2 * r + 1] = v.y; }}"
+                    ));
+                }
             }
         }
+        self.line("#pragma unroll");
+        self.line("for (int h = 0; h < 2; ++h) {");
+        self.depth += 1;
+        self.line("const float x[4] = {af[h], af[2 + h], af[4 + h], af[6 + h]};");
+        if a_split {
+            self.line("for (int r = 0; r < 4; ++r) { ah[mi][h][r] = cleave::tf32_head(x[r]); al[mi][h][r] = cleave::tf32_tail(x[r]); }");
+        } else {
+            self.line("for (int r = 0; r < 4; ++r) ah[mi][h][r] = cleave::f32_bits(x[r]);");
+        }
         self.close();
-        // A whole accumulator's columns start at 0 in every warp; a sliced one's at its warp's.
+        self.close();
         let wn_cols = if whole { "0" } else { "wn" };
         for &(acc, b, _) in group {
             let nt = self.frag_tiles_of(acc);
             let c = self.buf_name(acc);
+            let BufKind::Smem { dtype: bt, .. } = self.k.buf(b.buf).kind else { unreachable!("B is staged") };
             self.line("#pragma unroll");
             self.line(&format!("for (int nj = 0; nj < {nt}; nj += 2) {{"));
             self.depth += 1;
-            self.line("uint32_t bq[4];");
-            // With an odd tile count the last pair has one tile: an x2 load, whose upper lanes
-            // only mirror the lower ones.
-            self.line(&format!("const int ll = nj + 1 < {nt} ? lane : (lane & 15);"));
-            // The per-thread part of each address, and the part the unrolled kk and nj add.
-            let rb = geom(self.k.buf(b.buf)).row_bytes;
-            let (p, f) = if let Some(tab) = self.table(OffTable::B { buf: b.buf, nt }).filter(|_| !b.n_major) {
-                (format!("{} + {tab}[nj / 2] + kk * {}", self.smem_base(b.buf), 16 * rb), "cleave::ldmatrix_x4_trans")
-            } else if let Some(tab) =
-                self.table(OffTable::BNMajor { buf: b.buf, nt, steps: k / 16 }).filter(|_| b.n_major)
-            {
-                (format!("{} + {tab}[kk] + nj * {}", self.smem_base(b.buf), 8 * rb), "cleave::ldmatrix_x4")
-            } else if b.n_major {
-                self.line(&format!("const int br = {wn_cols} * {nt} * 8 + ((ll >> 4) << 3) + (ll & 7);"));
-                self.line("const int bc = ((ll >> 3) & 1) * 8;");
-                (self.tile_ptr_split(b.buf, "br", "bc", "nj * 8", &k_at), "cleave::ldmatrix_x4")
+            if bt != DType::F32 {
+                self.b_pair(b, nt, k, &k_at, wn_cols, false);
+            }
+            self.line("#pragma unroll");
+            self.line(&format!("for (int q = 0; q < 2 && nj + q < {nt}; ++q) {{"));
+            self.depth += 1;
+            // bf: B at depths 2t, 2t+1, 2t+8, 2t+9 of the tile's column g.
+            self.line("float bf[4];");
+            if bt == DType::F32 {
+                self.line(&format!("const int nn = ({wn_cols} * {nt} + nj + q) * 8 + fg;"));
+                for (i, dk) in ["0", "1", "8", "9"].iter().enumerate() {
+                    let kc = format!("{k_at} + ft2 + {dk}");
+                    let ptr = if b.n_major { self.tile_ptr(b.buf, "nn", &kc) } else { self.tile_ptr(b.buf, &kc, "nn") };
+                    self.line(&format!("bf[{i}] = cleave::ld_shared<float>({ptr});"));
+                }
             } else {
-                self.line("const int br = (((ll >> 3) & 1) << 3) + (ll & 7);");
-                self.line(&format!("const int bc = ({wn_cols} * {nt} + nj) * 8 + ((ll >> 4) << 3);"));
-                (self.tile_ptr_split(b.buf, "br", "bc", &k_at, "0"), "cleave::ldmatrix_x4_trans")
-            };
-            if nt % 2 == 1 {
-                let f2 = f.replace("x4", "x2");
-                self.line(&format!("if (nj + 1 < {nt}) {{ {f}(bq, {p}); }} else {{ uint32_t b2[2]; {f2}(b2, {p}); bq[0] = b2[0]; bq[1] = b2[1]; bq[2] = 0u; bq[3] = 0u; }}"));
+                let u = unpack(bt);
+                self.line(&format!(
+                    "for (int r = 0; r < 2; ++r) {{ const float2 v = {u}(bq[2 * q + r]); bf[2 * r] = v.x; bf[2 * r + 1] = v.y; }}"
+                ));
+            }
+            self.line("#pragma unroll");
+            self.line("for (int h = 0; h < 2; ++h) {");
+            self.depth += 1;
+            if b_split {
+                self.line("const uint32_t bh[2] = {cleave::tf32_head(bf[h]), cleave::tf32_head(bf[2 + h])};");
+                self.line("const uint32_t bl[2] = {cleave::tf32_tail(bf[h]), cleave::tf32_tail(bf[2 + h])};");
             } else {
-                self.line(&format!("{f}(bq, {p});"));
+                self.line("const uint32_t bh[2] = {cleave::f32_bits(bf[h]), cleave::f32_bits(bf[2 + h])};");
             }
             self.line("#pragma unroll");
             self.line(&format!("for (int mi = 0; mi < {mt}; ++mi) {{"));
             self.depth += 1;
-            self.line("const uint32_t bf0[2] = {bq[0], bq[1]};");
-            self.line(&format!("{mma_fn}({c}[mi][nj], a[mi], bf0, {c}[mi][nj]);"));
-            self.line(&format!("if (nj + 1 < {nt}) {{"));
-            self.depth += 1;
-            self.line("const uint32_t bf1[2] = {bq[2], bq[3]};");
-            self.line(&format!("{mma_fn}({c}[mi][nj + 1], a[mi], bf1, {c}[mi][nj + 1]);"));
+            let d = format!("{c}[mi][nj + q]");
+            // The small terms first, then the heads' product.
+            if a_split {
+                self.line(&format!("cleave::mma_m16n8k8_tf32({d}, al[mi][h], bh, {d});"));
+            }
+            if b_split {
+                self.line(&format!("cleave::mma_m16n8k8_tf32({d}, ah[mi][h], bl, {d});"));
+            }
+            self.line(&format!("cleave::mma_m16n8k8_tf32({d}, ah[mi][h], bh, {d});"));
+            self.close();
             self.close();
             self.close();
             self.close();
@@ -1356,11 +1510,55 @@ impl Gen<'_> {
         self.close();
     }
 
-    /// The ldmatrix of A's row tile `mi` at step `kk`, for a row `r` the caller declared.
-    fn a_rows_ldmatrix(&mut self, buf: BufId, k_at: &str) {
+    /// The 16-bit fragments of A's row tile `mi` at step `kk` from its shared tile, as an f16
+    /// `m16n8k16` takes them, into `dst` (four 32-bit registers).
+    fn a_fragment(&mut self, buf: BufId, trans: bool, k: u64, k_at: &str, dst: &str, tables: bool) {
+        let mt = self.k.warps.m_tiles;
+        match trans {
+            false => {
+                // A tile of fewer rows than the MMA tiles cover repeats its last row into the
+                // padding rows: the addresses stay inside the tile, and padding rows of the
+                // product are never stored.
+                let BufKind::Smem { rows, .. } = self.k.buf(buf).kind else { unreachable!("tiles are smem") };
+                if let Some(tab) = self.table(OffTable::A { buf, steps: k / 16 }).filter(|_| tables) {
+                    let rb = geom(self.k.buf(buf)).row_bytes;
+                    self.line(&format!(
+                        "cleave::ldmatrix_x4({dst}, {} + {tab}[kk] + mi * {});",
+                        self.smem_base(buf),
+                        16 * rb
+                    ));
+                } else if rows < self.row_span() {
+                    self.line(&format!("const int r0 = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                    self.line(&format!("const int r = r0 < {rows} ? r0 : {};", rows - 1));
+                    self.a_rows_ldmatrix(buf, k_at, dst);
+                } else {
+                    self.line(&format!("const int r = (wm * {mt} + mi) * 16 + (lane & 15);"));
+                    self.a_rows_ldmatrix(buf, k_at, dst);
+                }
+            }
+            true if tables && self.table(OffTable::ATrans { buf }).is_some() => {
+                let tab = self.table(OffTable::ATrans { buf }).expect("checked");
+                let rb = geom(self.k.buf(buf)).row_bytes;
+                self.line(&format!(
+                    "cleave::ldmatrix_x4_trans({dst}, {} + {tab}[mi] + kk * {});",
+                    self.smem_base(buf),
+                    16 * rb
+                ));
+            }
+            true => {
+                self.line(&format!("const int cc = (wm * {mt} + mi) * 16 + ((lane >> 3) & 1) * 8;"));
+                let p = self.tile_ptr_split(buf, "((lane >> 4) << 3) + (lane & 7)", "cc", "kk * 16", "0");
+                self.line(&format!("cleave::ldmatrix_x4_trans({dst}, {p});"));
+            }
+        }
+    }
+
+    /// The ldmatrix of A's row tile `mi` at step `kk` into `dst`, for a row `r` the caller
+    /// declared.
+    fn a_rows_ldmatrix(&mut self, buf: BufId, k_at: &str, dst: &str) {
         // The lane's 8-column half is one 16-byte chunk; kk steps whole 32-byte pairs.
         let p = self.tile_ptr_split(buf, "r", "(lane >> 4) * 8", "0", k_at);
-        self.line(&format!("cleave::ldmatrix_x4(a[mi], {p});"));
+        self.line(&format!("cleave::ldmatrix_x4({dst}, {p});"));
     }
 
     /// The name of a table the enclosing loops computed.
@@ -1382,7 +1580,8 @@ impl Gen<'_> {
         }
         let mut want: Vec<OffTable> = Vec::new();
         for s in body {
-            let Stmt::Mma { acc, a, b, k, .. } = s else { continue };
+            // The tf32 products address their operands without tables (`mma_tf32`).
+            let Stmt::Mma { acc, a, b, k, kind: MmaKind::Half, .. } = s else { continue };
             let steps = k / 16;
             match *a {
                 MmaA::Smem { buf, trans: false } => {

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use super::ident;
 use crate::graph::{DType, DimKind, DimTable, DimVar, ReduceOp, UnaryOp};
 use crate::index::{Affine, IterNames, Limit, TMap};
-use crate::plan::program::{BufId, BufKind, Expr, MmaA, Src, Stmt, TileKernel};
+use crate::plan::program::{BufId, BufKind, Expr, MmaA, MmaKind, Src, Stmt, TileKernel};
 use crate::plan::{Kernel, Launch};
 
 fn ty(d: DType) -> &'static str {
@@ -503,7 +503,13 @@ impl Py<'_> {
                     self.line(&format!("T.copy({}, {})", self.name(p.src), self.name(p.dst)));
                 }
             }
-            Stmt::Mma { acc, a, b, accumulate, .. } => {
+            Stmt::Mma { acc, a, b, accumulate, kind, .. } => {
+                if let MmaKind::Tf32 { a_split, b_split } = kind {
+                    self.line(&format!(
+                        "# operands of two types{}: the CUDA backend multiplies them on tf32, split into head and tail where f32; T.gemm's own lowering picks its precision",
+                        if *a_split || *b_split { " or f32" } else { "" }
+                    ));
+                }
                 let (a, ta) = match a {
                     MmaA::Smem { buf, trans } => (self.name(*buf), *trans),
                     MmaA::Frag(buf) => (self.name(*buf), false),

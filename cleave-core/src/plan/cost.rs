@@ -9,7 +9,7 @@
 //! The estimate ranks candidates; it is not a prediction of absolute time.
 
 use super::launch::Kernel;
-use super::program::{copies_whole_chunks, Binding, BufKind, MmaA, Stmt, TileKernel};
+use super::program::{copies_whole_chunks, Binding, BufId, BufKind, MmaA, MmaKind, Stmt, TileKernel};
 use super::stage::{SExpr, StageKernel, STAGE_UNROLL};
 use crate::arch::{Arch, Targets};
 use crate::graph::{Dim, DimTable, DimVar};
@@ -339,28 +339,46 @@ fn walk(k: &TileKernel, body: &[Stmt], times: u64, dims: &DimTable, t: &mut Tall
                     t.smem += times * 2 * tmap.elements() * p.dtype.size();
                 }
             }
-            Stmt::Mma { acc, a, k: kk, .. } => {
+            Stmt::Mma { acc, a, b, k: kk, kind, .. } => {
                 let (cols, whole) = match k.buf(*acc).kind {
                     BufKind::Frag { cols, whole } => (cols, whole),
                     _ => (1, false),
                 };
-                t.mma += times * 2 * rows * cols * kk;
+                // Tensor-core time in f16 flops: a tf32 product takes several (`issue_units`).
+                t.mma += times * 2 * rows * cols * kk * kind.issue_units();
+                // An f32 tile is read four bytes an element instead of two.
+                let width = |buf: BufId| match k.buf(buf).kind {
+                    BufKind::Smem { dtype, .. } => dtype.size(),
+                    _ => 2,
+                };
+                let a_width = match a {
+                    MmaA::Smem { buf, .. } => width(*buf),
+                    MmaA::Frag(_) => 2,
+                };
+                let b_width = width(b.buf);
+                // Widening (and splitting) every operand element a warp reads: a few
+                // instructions each, per row of warps for B and per column of warps for A.
+                if let MmaKind::Tf32 { a_split, b_split } = kind {
+                    let a_ops = rows * kk * u64::from(w.n) * (2 + 4 * u64::from(*a_split));
+                    let b_ops = cols * kk * u64::from(w.m) * (2 + 4 * u64::from(*b_split));
+                    t.simt += times * (a_ops + b_ops);
+                }
                 let (a_bytes, b_bytes) = if whole {
                     // Warps splitting the loop contract each their own slice of the depth,
                     // over all columns: between them A and B are read once per row of warps.
                     let a_bytes = match a {
-                        MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows,
+                        MmaA::Smem { .. } if !shares_a => a_width * kk * frag_rows,
                         _ => 0,
                     };
-                    (a_bytes, 2 * kk * cols.div_ceil(8) * 8 * u64::from(w.m))
+                    (a_bytes, b_width * kk * cols.div_ceil(8) * 8 * u64::from(w.m))
                 } else {
                     // Every column of warps loads the A rows of its row of warps, and every
                     // row of warps the B columns of its column: 16-bit operands, `kk` deep.
                     let a_bytes = match a {
-                        MmaA::Smem { .. } if !shares_a => 2 * kk * frag_rows * u64::from(w.n),
+                        MmaA::Smem { .. } if !shares_a => a_width * kk * frag_rows * u64::from(w.n),
                         _ => 0,
                     };
-                    (a_bytes, 2 * kk * frag_cols(cols) * u64::from(w.m))
+                    (a_bytes, b_width * kk * frag_cols(cols) * u64::from(w.m))
                 };
                 t.smem += times * (a_bytes + b_bytes);
             }

@@ -76,12 +76,9 @@ pub enum PlanError {
         /// Rows of the block.
         rows: u64,
     },
-    /// A product whose register operand would be rounded to 16 bits before an exp.
-    #[error("a product that feeds an exp would round its left operand to 16 bits")]
-    RoundedBeforeExp,
-    /// A product whose operands the tensor-core path cannot take: both must be f16 or both
-    /// bf16 (a register operand is rounded to the other's type).
-    #[error("a matmul of {a} and {b} operands (the tensor-core path takes f16 x f16 or bf16 x bf16)")]
+    /// A product of an operand that is not a float (no op reads an index tensor, so only a
+    /// malformed program gets here).
+    #[error("a matmul of {a} and {b} operands (the tensor cores take f16, bf16 and f32 values)")]
     MatmulDtypes {
         /// The left operand's type (`registers` for a computed one).
         a: &'static str,
@@ -108,6 +105,10 @@ pub enum PlanError {
     /// A right matmul operand with several matrices per block.
     #[error("a right matmul operand holding several matrices per block")]
     RightOperandBatched,
+    /// A transposed left matmul operand with several matrices per block: the tile stores
+    /// each matrix's depth down its rows, which the fragment loads read as one matrix.
+    #[error("a transposed left matmul operand holding several matrices per block")]
+    TransposedLeftOperandBatched,
     /// A right matmul operand computed in registers.
     #[error("a computed right matmul operand")]
     ComputedRightOperand,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::launch::{Kernel, Launch};
 use super::partition::WorkspaceType;
-use super::program::{Binding, BufKind, Expr, MmaA, Param, Src, Stmt, TileKernel};
+use super::program::{Binding, BufKind, Expr, MmaA, MmaKind, Param, Src, Stmt, TileKernel};
 use super::stage::{Ix, SExpr, StageKernel};
 use crate::graph::{BinaryOp, Bindings, DType, Dim, DimVar, ReduceOp, UnaryOp};
 use crate::index::{IterId, Limit, TMap};
@@ -77,6 +77,25 @@ pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -
             Tensor { shape: shape.clone(), data: data.iter().map(|x| f64::from(*x)).collect() }
         })
         .collect())
+}
+
+/// `x` rounded to tf32 (10 mantissa bits, to nearest, ties away from zero, as `cvt.rna.tf32`).
+fn tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000)
+}
+
+/// What a split f32 operand contributes: its head (the value rounded to tf32, or cut to it
+/// where rounding would overflow) plus the tf32 rounding of the rest, exact in f32.
+fn tf32_split(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    let rounded = tf32(x);
+    let head = if rounded.is_finite() { rounded } else { f32::from_bits(x.to_bits() & 0xffff_e000) };
+    head + tf32(x - head)
 }
 
 fn round(dtype: DType, x: f32) -> f32 {
@@ -372,7 +391,7 @@ impl Block<'_> {
                     }
                     self.regs[b] = out;
                 }
-                Stmt::Mma { acc, a, b, k, accumulate } => {
+                Stmt::Mma { acc, a, b, k, accumulate, kind } => {
                     let bb = b.buf.0 as usize;
                     let BufKind::Smem { dtype, cols: bcols, .. } = self.k.bufs[bb].kind else { unreachable!() };
                     let cols = self.cols_of(acc.0 as usize);
@@ -401,17 +420,23 @@ impl Block<'_> {
                             let ac = self.cols_of(ai) as usize;
                             for &i in &self.live {
                                 for p in 0..kk {
-                                    am[i * kk + p] = round(dtype, self.regs[ai][i * ac + p]);
+                                    let x = self.regs[ai][i * ac + p];
+                                    am[i * kk + p] = if *kind == MmaKind::Half { round(dtype, x) } else { x };
                                 }
                             }
                         }
                     }
+                    // A split operand reaches the tensor cores as a tf32 head and tail.
+                    if let MmaKind::Tf32 { a_split: true, .. } = kind {
+                        am.iter_mut().for_each(|x| *x = tf32_split(*x));
+                    }
+                    let b_split = matches!(kind, MmaKind::Tf32 { b_split: true, .. });
                     let bc = bcols as usize;
                     let mut bm = vec![0.0f32; kk * n];
                     for p in 0..kk {
                         for j in 0..n {
-                            bm[p * n + j] =
-                                if b.n_major { self.regs[bb][j * bc + p] } else { self.regs[bb][p * bc + j] };
+                            let y = if b.n_major { self.regs[bb][j * bc + p] } else { self.regs[bb][p * bc + j] };
+                            bm[p * n + j] = if b_split { tf32_split(y) } else { y };
                         }
                     }
                     let mut out = if *accumulate { self.regs[acc.0 as usize].clone() } else { vec![0.0; r * n] };

@@ -30,8 +30,8 @@ pub use launch::{append_fallback, assemble, fallback, kernel_io, Kernel, Launch}
 pub use lower::{lower, KernelIo, Planned};
 pub use partition::{is_combine, partition, KernelGraph, Part, Partition, PartitionError, Workspace, WorkspaceType};
 pub use program::{
-    is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MergeOp, MergePart, MmaA, MmaB, Param, ParamId,
-    ShowKernel, Src, Stmt, StrideParam, TileKernel, Warps,
+    is_view, stride_params, Binding, Buf, BufId, BufKind, Expr, MergeOp, MergePart, MmaA, MmaB, MmaKind, Param,
+    ParamId, ShowKernel, Src, Stmt, StrideParam, TileKernel, Warps,
 };
 pub use rows::row_first;
 pub use stage::{Ix, SExpr, StageKernel};

@@ -208,6 +208,39 @@ pub enum MmaA {
     Frag(BufId),
 }
 
+/// How a product's operands reach the tensor cores.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MmaKind {
+    /// Both operands in the right operand's 16-bit type, f16 or bf16: one `m16n8k16` per 16
+    /// of depth. A register left operand is rounded to that type.
+    Half,
+    /// Operands the 16-bit products cannot take as they are: two 16-bit types (f16 and bf16),
+    /// or f32 values on either side. Each is widened to tf32, which holds every f16 and bf16
+    /// value exactly, and the 16 of depth run as two `m16n8k8` tf32 products. An f32 operand
+    /// is split into a tf32 head and the tf32 rounding of what the head leaves, and the
+    /// product sums head × head, head × tail and tail × head: products within a few units of
+    /// f32 rounding of the exact ones, where rounding the operand to 16 bits would not be.
+    Tf32 {
+        /// The left operand holds f32 values (registers or an f32 tile) and is split.
+        a_split: bool,
+        /// The right operand is an f32 tile and is split.
+        b_split: bool,
+    },
+}
+
+impl MmaKind {
+    /// Tensor-core time per 16 of depth and 16 × 8 of output, in units of one `m16n8k16`
+    /// f16 product. The tf32 rate is half the f16 one (A100 and H100 alike), so an `m16n8k8`
+    /// of half the depth takes as long; two cover 16 of depth, once per pair of split halves
+    /// multiplied.
+    pub fn issue_units(self) -> u64 {
+        match self {
+            MmaKind::Half => 1,
+            MmaKind::Tf32 { a_split, b_split } => 2 * (1 + u64::from(a_split) + u64::from(b_split)),
+        }
+    }
+}
+
 /// The right operand: an Smem tile holding a `k × n` matrix.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MmaB {
@@ -305,6 +338,8 @@ pub enum Stmt {
         k: u64,
         /// Add to the old value.
         accumulate: bool,
+        /// The operands' precision on the tensor cores.
+        kind: MmaKind,
     },
     /// Writes a block tile to a global tensor, converting to its dtype; elements outside
     /// the tensor are skipped.
@@ -719,7 +754,7 @@ impl ShowKernel<'_> {
                 };
                 out.push((depth, format!("{lhs}{f}({}){join}", strip(&self.expr(expr)))));
             }
-            Stmt::Mma { acc, a, b, accumulate, .. } => {
+            Stmt::Mma { acc, a, b, accumulate, kind, .. } => {
                 let a = match a {
                     MmaA::Smem { buf, trans: false } => self.name(*buf).to_string(),
                     MmaA::Smem { buf, trans: true } => format!("{}^T", self.name(*buf)),
@@ -727,7 +762,14 @@ impl ShowKernel<'_> {
                 };
                 let b = if b.n_major { format!("{}^T", self.name(b.buf)) } else { self.name(b.buf).to_string() };
                 let op = if *accumulate { "+=" } else { "=" };
-                out.push((depth, format!("{} {op} MMA({a}, {b})", self.name(*acc))));
+                let mma = match kind {
+                    MmaKind::Half => "MMA",
+                    MmaKind::Tf32 { a_split: false, b_split: false } => "MMA.tf32",
+                    MmaKind::Tf32 { a_split: true, b_split: false } => "MMA.tf32(split A)",
+                    MmaKind::Tf32 { a_split: false, b_split: true } => "MMA.tf32(split B)",
+                    MmaKind::Tf32 { a_split: true, b_split: true } => "MMA.tf32(split A, B)",
+                };
+                out.push((depth, format!("{} {op} {mma}({a}, {b})", self.name(*acc))));
             }
             Stmt::Store { param, expr, tmap, trans, .. } => {
                 let f = if *trans { "StoreT" } else { "Store" };

@@ -7,7 +7,7 @@ use super::{Lowerer, Scale, Value};
 use crate::graph::{BinaryOp, DType, Dim, DimKind, Mask, NodeId, Op, ReduceOp, UnaryOp};
 use crate::index::{Affine, AxisRange, TMap};
 use crate::plan::error::PlanError;
-use crate::plan::program::{Binding, BufId, BufKind, Coord, Expr, MaskAt, MmaA, MmaB, Src, Stmt};
+use crate::plan::program::{Binding, BufId, BufKind, Coord, Expr, MaskAt, MmaA, MmaB, MmaKind, Src, Stmt};
 use crate::schedule::build::transposed_output;
 use crate::schedule::itgraph::ItGraph;
 
@@ -422,15 +422,16 @@ impl Lowerer<'_> {
                 if trans && self.rows % 16 != 0 {
                     return Err(PlanError::TransposedLeftOperandRows { rows: self.rows });
                 }
+                // Its tile holds each matrix as `k × rows`, one after another, but its loads
+                // (and the interpreter) read the block's rows as the columns of one matrix:
+                // rows past the first matrix's read the next one's depth (generated seed 1229).
+                let r = tmap.axes.len();
+                if trans && tmap.axes[..r.saturating_sub(2)].iter().any(|x| x.extent != 1) {
+                    return Err(PlanError::TransposedLeftOperandBatched);
+                }
                 (MmaA::Smem { buf, trans }, tmap.axes.last().map_or(1, |x| x.extent))
             }
             Value::Reg { expr, cols: k, scale: s } => {
-                // A register operand is rounded to 16 bits for the tensor cores. After an exp
-                // (softmax probabilities) that is a small relative error; before one it is an
-                // absolute error in the exponent, amplified by the scores' magnitude.
-                if self.feeds_exp(id) {
-                    return Err(PlanError::RoundedBeforeExp);
-                }
                 scale = s;
                 let b = self.materialize(self.name_of(n.args[0]), expr, k, body);
                 self.mma_a_frags.insert(b);
@@ -448,8 +449,10 @@ impl Lowerer<'_> {
             }
             _ => return Err(PlanError::ComputedRightOperand),
         };
-        // The tensor cores multiply two f16 or two bf16 operands; a register operand is packed
-        // to the right operand's type. Anything else (f32, or one of each) is the fallback's.
+        // The 16-bit products take two f16 or two bf16 operands; a register operand is packed
+        // to the right operand's type where rounding it there is harmless. Anything else runs
+        // on tf32 products (`MmaKind::Tf32`), which take f16 and bf16 values exactly and f32
+        // ones as a head and a tail.
         let dtype_of = |b: BufId| match self.bufs[b.0 as usize].kind {
             BufKind::Smem { dtype, .. } => Some(dtype),
             _ => None,
@@ -459,25 +462,26 @@ impl Lowerer<'_> {
             MmaA::Smem { buf, .. } => dtype_of(buf),
             MmaA::Frag(_) => None,
         };
+        if [Some(bt), at].into_iter().flatten().any(|t| !t.is_float()) {
+            return Err(PlanError::MatmulDtypes { a: at.map_or("registers", DType::name), b: bt.name() });
+        }
         // A register operand computed from 16-bit inputs of the other type would lose what
         // they declared when rounded to this one (`may_round_to`), also when an earlier
-        // kernel computed it from them and stored it in f32.
-        let lossy = matches!(ma, MmaA::Frag(_)) && {
+        // kernel computed it from them and stored it in f32. Before an exp, rounding is an
+        // absolute error in the exponent, amplified by the scores' magnitude; after one
+        // (softmax probabilities) it is a small relative error.
+        let rounds = matches!(ma, MmaA::Frag(_)) && bt != DType::F32 && !self.feeds_exp(id) && {
             let declared = |i: usize| match self.io.input_sources.get(i) {
                 Some(s) if !s.is_empty() => s.clone(),
                 _ => vec![self.g.inputs[i].decl.dtype],
             };
-            !crate::graph::may_round_to(&self.g.float_sources(n.args[0], &declared), bt)
+            crate::graph::may_round_to(&self.g.float_sources(n.args[0], &declared), bt)
         };
-        if bt == DType::F32 || at.is_some_and(|t| t != bt) || lossy {
-            let a = match (at, bt) {
-                (Some(t), _) => t.name(),
-                (None, DType::F16) if lossy => "registers computed from bf16",
-                (None, _) if lossy => "registers computed from f16",
-                (None, _) => "registers",
-            };
-            return Err(PlanError::MatmulDtypes { a, b: bt.name() });
-        }
+        let kind = match at {
+            Some(t) if t == bt && t != DType::F32 => MmaKind::Half,
+            None if rounds => MmaKind::Half,
+            _ => MmaKind::Tf32 { a_split: at.is_none_or(|t| t == DType::F32), b_split: bt == DType::F32 },
+        };
         if k % 16 != 0 {
             return Err(PlanError::ContractionTile { k });
         }
@@ -486,13 +490,13 @@ impl Lowerer<'_> {
         }
         if accs.contains(&id) {
             let acc = self.accumulator(id)?;
-            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: true });
+            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: true, kind });
             // The accumulator's scale is that of its contributions (set by stabilization).
             let scale = self.acc_scale(id).or(scale);
             Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
         } else {
             let acc = self.buf(self.name_of(id), BufKind::Frag { cols, whole: false });
-            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false });
+            body.push(Stmt::Mma { acc, a: ma, b: mb, k, accumulate: false, kind });
             Ok(Value::Reg { expr: Expr::reg(acc), cols, scale })
         }
     }

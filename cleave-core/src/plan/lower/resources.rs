@@ -2,7 +2,8 @@
 //! each shared-memory tile lives.
 
 use super::Lowerer;
-use crate::plan::program::{deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, Stmt, Warps};
+use crate::graph::DType;
+use crate::plan::program::{deferred_row_sums, Buf, BufId, BufKind, Expr, MmaA, MmaKind, Stmt, Warps};
 use crate::schedule::config::TileConfig;
 
 /// Registers a transposed copy keeps live beyond a plain one's (see `addressing_allowance`).
@@ -109,7 +110,37 @@ impl Lowerer<'_> {
             })
             .max()
             .unwrap_or(0);
-        peak + 32 + self.addressing_allowance(w, body) + self.wide_operand_allowance(w, body)
+        peak + 32
+            + self.addressing_allowance(w, body)
+            + self.wide_operand_allowance(w, body)
+            + self.tf32_allowance(w, body)
+    }
+
+    /// Registers the tf32 products hold beyond the 16-bit ones' four A registers a row tile:
+    /// the two 8-deep fragments of each row tile (eight), their tails when A is split (eight
+    /// more), and the eight floats of A a row tile widens from. ptxas loads an f32 right
+    /// operand's elements for all of a warp's column tiles ahead of the products and keeps
+    /// their heads and tails (twelve registers a tile): measured, such blocks took 255
+    /// registers where the rest of the estimate gave 140.
+    fn tf32_allowance(&self, w: Warps, body: &[Stmt]) -> u64 {
+        let mut most = 0u64;
+        for s in body {
+            match s {
+                Stmt::Mma { acc, kind: MmaKind::Tf32 { a_split, b_split }, .. } => {
+                    let mt = u64::from(w.m_tiles);
+                    let tiles = match self.bufs[acc.0 as usize].kind {
+                        BufKind::Frag { cols, whole: true } => cols.div_ceil(8),
+                        BufKind::Frag { cols, whole: false } => cols.div_ceil(8 * u64::from(w.n)),
+                        _ => 1,
+                    };
+                    let b = if *b_split { 12 * tiles } else { 8 };
+                    most = most.max(mt * (4 + 8 * u64::from(*a_split)) + 8 + b);
+                }
+                Stmt::Loop { body, .. } => most = most.max(self.tf32_allowance(w, body)),
+                _ => {}
+            }
+        }
+        most
     }
 
     /// The right operand's fragments of one 16-deep step of a product, beyond the 32 registers
@@ -193,7 +224,8 @@ impl Lowerer<'_> {
     /// Stages every register tile that is a product's left operand through a shared tile in
     /// the product's input type (a [`Stmt::Stage`] before its first product in a statement
     /// list), and makes the products read that tile. Rounding to the input type happens at the
-    /// stage instead of when the registers are packed: the same values.
+    /// stage instead of when the registers are packed: the same values. A split operand
+    /// ([`MmaKind::Tf32`]) is staged in f32 and split where it is read.
     pub(super) fn stage_left_operands(&mut self, body: &mut Vec<Stmt>) {
         let mut staged: Vec<(BufId, BufId)> = Vec::new();
         self.stage_in(body, &mut staged);
@@ -205,12 +237,16 @@ impl Lowerer<'_> {
         for mut s in std::mem::take(body) {
             match &mut s {
                 Stmt::Loop { body, .. } => self.stage_in(body, staged),
-                Stmt::Mma { a, b, .. } => {
+                Stmt::Mma { a, b, kind, .. } => {
                     if let MmaA::Frag(src) = *a {
                         let BufKind::Smem { dtype, .. } = self.bufs[b.buf.0 as usize].kind else {
                             unreachable!("a right operand is staged")
                         };
-                        let dst = match staged.iter().find(|(f, _)| *f == src) {
+                        // A split operand keeps its f32 values.
+                        let dtype =
+                            if matches!(kind, MmaKind::Tf32 { a_split: true, .. }) { DType::F32 } else { dtype };
+                        let same = |d: BufId| matches!(self.bufs[d.0 as usize].kind, BufKind::Smem { dtype: t, .. } if t == dtype);
+                        let dst = match staged.iter().find(|(f, d)| *f == src && same(*d)) {
                             Some((_, d)) => *d,
                             None => {
                                 let cols = match self.bufs[src.0 as usize].kind {
