@@ -1654,3 +1654,34 @@ fn a_product_that_feeds_an_exp_keeps_its_computed_operand_in_f32() {
     assert_eq!(mma_kinds(c.best()), [MmaKind::Tf32 { a_split: true, b_split: false }]);
     every_launch_within_tolerance(&g, &c, &bound(&g, "s", 37), 17, 8.0, 0.0);
 }
+
+#[test]
+fn an_output_another_is_computed_from_gets_a_kernel_of_its_own() {
+    // `wt` is stored as a `[n, k]` tile map, and the product reads it as its `[k, n]` operand:
+    // no block holds both, and as one cone with the product's, `wt` took the whole
+    // declaration to the fallback. Its own cone, placed first, is a kernel that stores it; the
+    // product's kernel reads `w` again and stores only `y`.
+    let g = columns_kernel(
+        "s: { value: 96, dynamic: true }, k: 64, n: 128",
+        "x: \"f16[s, k]\", w: \"f16[n, k]\"",
+        "y: \"f32[s, n]\", wt: \"f16[k, n]\"",
+        "y = matmul(x, transpose(w))\n      wt = transpose(w)",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let best = c.best();
+    let tiles: Vec<&TileKernel> = best.kernels.iter().filter_map(|k| k.tile()).collect();
+    assert_eq!(tiles.len(), 2, "two tile kernels");
+    assert_eq!(best.kernels.len(), 2, "and nothing else");
+    let stores = |k: &TileKernel| -> Vec<String> {
+        flatten(&k.body)
+            .into_iter()
+            .filter_map(|s| match s {
+                Stmt::Store { param, .. } => Some(k.params[param.0 as usize].name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(stores(tiles[0]), ["wt"]);
+    assert_eq!(stores(tiles[1]), ["y"]);
+    every_launch_within_tolerance(&g, &c, &bound(&g, "s", 77), 141, 4.0, 0.0);
+}

@@ -300,14 +300,14 @@ __host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk, int ch
 // the other operand's head sum to within a few f32 roundings of the exact product. The head
 // is the value rounded to tf32's 10 mantissa bits, or cut to them where rounding would
 // overflow to infinity (within half a tf32 unit of the largest f32).
-__host__ __device__ __forceinline__ uint32_t tf32_head(float x) {
+__device__ __forceinline__ uint32_t tf32_head(float x) {
   const uint32_t h = tf32_rna(x);
   return (h & 0x7fffffffu) == 0x7f800000u && isfinite(x) ? (f32_bits(x) & 0xffffe000u) : h;
 }
 
 // What the head leaves, exact in f32, rounded to tf32; nothing for an infinity or NaN, which
 // the head carries alone.
-__host__ __device__ __forceinline__ uint32_t tf32_tail(float x) {
+__device__ __forceinline__ uint32_t tf32_tail(float x) {
   const float rest = x - f32_of_bits(tf32_head(x));
   return isfinite(rest) ? tf32_rna(rest) : 0u;
 }

@@ -235,7 +235,10 @@ const MAX_GROUPED_TRIALS: usize = 16;
 /// ([`components`](crate::plan::partition::components)); one of them that schedules in no
 /// kernel gives way to its outputs' own cones ([`output_cones`](crate::plan::partition::output_cones)),
 /// each kernel recomputing what they share (a row sum and a column sum of one `exp(x)`, whose
-/// tiles no one block can hold together). Each group joins the first kernel it schedules in
+/// tiles no one block can hold together), an output that another is computed from first (an
+/// output `transpose(w)` beside `matmul(x, transpose(w))`: a kernel stores it, and the
+/// product's kernel only reads `w` through it). Each group is tried after the kernels placed
+/// before it, which store what they share with it: it joins the first kernel it schedules in
 /// together with what that kernel already holds, or starts one of its own; one that schedules
 /// in no kernel, even alone, is left to fallback stages after the tile kernels, so that one
 /// output the tile programs cannot compute does not take the others with it.
@@ -247,15 +250,19 @@ fn grouped_launches(
     stats: &mut ScheduleStats,
 ) -> Vec<Candidate> {
     use crate::plan::partition::{components, grouped, output_cones};
-    // How a group schedules best: as written, or computed transposed (a column a block's
+    // How the last group of `groups` schedules best, after the kernels before it (which store
+    // the outputs they share with it): as written, or computed transposed (a column a block's
     // row); `None`, neither way.
-    let schedules = |group: &[NodeId]| -> Option<bool> {
+    let schedules = |groups: &[(Vec<NodeId>, bool)]| -> Option<bool> {
+        let k = groups.len() - 1;
         [false, true]
             .into_iter()
             .filter_map(|transposed| {
-                let Some(Ok(p)) = grouped(graph, &[(group.to_vec(), transposed)]) else { return None };
+                let mut trial = groups.to_vec();
+                trial[k].1 = transposed;
+                let Some(Ok(p)) = grouped(graph, &trial) else { return None };
                 let mut scratch = ScheduleStats::default();
-                let best = plan_kernel(&p.kernels[0], &kernel_io(&p, 0, &[]), targets, 1, &[], &mut scratch);
+                let best = plan_kernel(&p.kernels[k], &kernel_io(&p, k, &[]), targets, 1, &[], &mut scratch);
                 Some((best.first()?.cost.seconds, transposed))
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))
@@ -278,19 +285,24 @@ fn grouped_launches(
     while let Some((nodes, divisible)) = queue.pop_front() {
         let mut joined = false;
         if placed < MAX_GROUPED_TRIALS {
-            for k in kernels.iter_mut() {
-                let mut with: Vec<NodeId> = k.0.iter().chain(&nodes).copied().collect();
+            for i in 0..kernels.len() {
+                let mut with: Vec<NodeId> = kernels[i].0.iter().chain(&nodes).copied().collect();
                 with.sort();
                 with.dedup();
-                if let Some(transposed) = schedules(&with) {
-                    *k = (with, transposed);
+                // Kernels after this one store nothing it stores, so they do not change it.
+                let mut trial = kernels[..=i].to_vec();
+                trial[i].0.clone_from(&with);
+                if let Some(transposed) = schedules(&trial) {
+                    kernels[i] = (with, transposed);
                     joined = true;
                     break;
                 }
             }
         }
         if !joined {
-            match schedules(&nodes) {
+            let mut trial = kernels.clone();
+            trial.push((nodes.clone(), false));
+            match schedules(&trial) {
                 Some(transposed) => kernels.push((nodes, transposed)),
                 None => {
                     let cones = if divisible { output_cones(graph, &nodes) } else { Vec::new() };

@@ -338,8 +338,10 @@ pub fn components(g: &ValidGraph) -> Vec<Vec<NodeId>> {
 }
 
 /// The live computed nodes that each output of `g` computed in `among` is computed from, one
-/// set per output in node order, less those another output's set contains: the smallest
-/// groups a kernel can compute on its own, recomputing what they share.
+/// set per output, equal sets once: the smallest groups a kernel can compute on its own,
+/// recomputing what they share. A set inside another (an output another output is computed
+/// from) comes before it, so that a kernel of its own, placed first, stores that output and
+/// the larger one's kernel only computes it again ([`grouped`]); the rest are in node order.
 pub fn output_cones(g: &ValidGraph, among: &[NodeId]) -> Vec<Vec<NodeId>> {
     let mut cones: Vec<Vec<NodeId>> = Vec::new();
     for o in &g.outputs {
@@ -354,19 +356,20 @@ pub fn output_cones(g: &ValidGraph, among: &[NodeId]) -> Vec<Vec<NodeId>> {
             }
             stack.extend(g.node(x).args.iter().copied());
         }
-        cones.push(g.ids().filter(|id| cone[id.index()]).collect());
-    }
-    let within = |a: &[NodeId], b: &[NodeId]| a.iter().all(|x| b.binary_search(x).is_ok());
-    let mut kept: Vec<Vec<NodeId>> = Vec::new();
-    for (i, c) in cones.iter().enumerate() {
-        // Of two equal sets the first stays.
-        let covered = cones.iter().enumerate().any(|(j, d)| j != i && within(c, d) && (c.len() < d.len() || j < i));
-        if !covered {
-            kept.push(c.clone());
+        let cone: Vec<NodeId> = g.ids().filter(|id| cone[id.index()]).collect();
+        if !cone.is_empty() && !cones.contains(&cone) {
+            cones.push(cone);
         }
     }
-    kept.sort_by_key(|c| c.first().copied());
-    kept
+    cones.sort_by_key(|c| c.first().copied());
+    let within = |a: &[NodeId], b: &[NodeId]| a.len() < b.len() && a.iter().all(|x| b.binary_search(x).is_ok());
+    // Repeatedly the first cone in node order that no other cone left lies within.
+    let mut ordered = Vec::with_capacity(cones.len());
+    while !cones.is_empty() {
+        let i = (0..cones.len()).find(|&i| !cones.iter().any(|d| within(d, &cones[i]))).unwrap_or(0);
+        ordered.push(cones.remove(i));
+    }
+    ordered
 }
 
 /// A partition of `g` into one kernel per group of `groups`, in order, with no workspaces: a
@@ -772,13 +775,20 @@ mod tests {
         }
         assert_eq!((p.part[u.index()], p.recomputed[u.index()]), (Part::Group(0), true));
         assert!(p.workspaces.is_empty());
-        // An output inside another's cone adds no cone of its own.
+        // An output inside another's cone has a cone of its own, placed first: its kernel
+        // stores it, and the larger cone's kernel only computes it again.
         let nested = graph(
             "u = exp(x)\n      a = u * 2\n      b = sum(a, axis=-1) + sum(matmul(x, w), axis=-1)",
             "{ a: \"f32[s, k]\", b: \"f32[s, 1]\" }",
         );
         let cones = output_cones(&nested, &components(&nested)[0]);
-        assert_eq!(cones.len(), 1);
-        assert!(cones[0].contains(&nested.outputs[0].node) && cones[0].contains(&nested.outputs[1].node));
+        assert_eq!(cones.len(), 2);
+        assert!(cones[0].contains(&nested.outputs[0].node) && !cones[0].contains(&nested.outputs[1].node));
+        assert!(cones[1].contains(&nested.outputs[0].node) && cones[1].contains(&nested.outputs[1].node));
+        let p = grouped(&nested, &[(cones[0].clone(), false), (cones[1].clone(), false)])
+            .expect("no split")
+            .expect("partitions");
+        let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
+        assert_eq!(stored, [vec![Binding::Output(0)], vec![Binding::Output(1)]]);
     }
 }
