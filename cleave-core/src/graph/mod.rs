@@ -196,7 +196,7 @@ impl Graph {
 
     /// The type in which the tensor cores take the computed operand of product `m`, which is
     /// rounded to it. A computed left operand takes the right input's type, when it may be
-    /// rounded to it ([`Graph::rounds_to`]; otherwise the product is the fallback's). A computed right
+    /// rounded to it ([`Graph::rounds_to`]; otherwise it stays in f32 and is split for tf32 products). A computed right
     /// operand of more than one column is stored before the product in the one float type of
     /// the inputs it is computed from, which a left input must share; a product of one column
     /// is each row's dot product in f32 and rounds nothing. `None`: nothing is rounded (both
