@@ -1685,3 +1685,48 @@ fn an_output_another_is_computed_from_gets_a_kernel_of_its_own() {
     assert_eq!(stores(tiles[1]), ["y"]);
     every_launch_within_tolerance(&g, &c, &bound(&g, "s", 77), 141, 4.0, 0.0);
 }
+
+#[test]
+fn a_value_two_reductions_tile_differently_is_stored_between_kernels() {
+    // The softmax along each row of `x` wants blocks of whole rows; the sum down the columns
+    // wants blocks of whole columns. No one kernel holds both, and no output lies between
+    // them, so these declarations went to the fallback. A kernel now stores the value between
+    // them to an f32 workspace and the next reads it: the softmax; the log of a log-sum-exp,
+    // which its running max leaves through (a sum of the exps would stay scaled, and is
+    // refused); or a softmax beside a normalization down the columns.
+    let s = "s: { value: 80, dynamic: true }, d: 72";
+    let cases = [
+        (
+            columns_kernel(
+                s,
+                "x: \"f32[s, d]\", v: \"f16[s, d]\"",
+                "y: \"f32[1, d]\"",
+                "y = sum(softmax(x) * v, axis=0)",
+            ),
+            "a softmax-weighted sum down the columns",
+        ),
+        (
+            columns_kernel(s, "x: \"f32[s, d]\"", "y: \"f32[1, d]\"", "y = sum(x - log(sum(exp(x), axis=-1)), axis=0)"),
+            "a log-sum-exp per row, then a sum down the columns",
+        ),
+        (
+            columns_kernel(s, "x: \"f32[s, d]\"", "y: \"f32[s, d]\"", "y = x / sum(x * x, axis=0) + softmax(x)"),
+            "a softmax beside a normalization down the columns",
+        ),
+    ];
+    for (g, what) in cases {
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let best = c.best();
+        assert!(best.kernels.len() >= 2, "{what}: several kernels");
+        assert!(best.kernels.iter().all(|k| k.tile().is_some()), "{what}: tile kernels only");
+        // A tile kernel writes a workspace that a later one reads.
+        let written = |k: &TileKernel| k.params.iter().any(|p| p.output && p.name.starts_with("ws"));
+        let read = |k: &TileKernel| k.params.iter().any(|p| !p.output && p.name.starts_with("ws"));
+        let tiles: Vec<&TileKernel> = best.kernels.iter().filter_map(|k| k.tile()).collect();
+        assert!(written(tiles[0]) && read(tiles[tiles.len() - 1]), "{what}: a value between kernels");
+        // Exp arguments past f32's range: the stored values stay finite and true.
+        for (seed, extent) in [(31, 80), (32, 37)] {
+            every_launch_within_tolerance(&g, &c, &bound(&g, "s", extent), seed, 150.0, 300.0);
+        }
+    }
+}

@@ -10,6 +10,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 pub use rank::{candidates, fallback_candidate, seconds_at, Candidate, KernelSchedule, ScheduleStats, Tiled};
+use rank::{candidates_with, grouped_candidates, Cuts};
 
 use crate::arch::{Arch, Targets};
 use crate::graph::{DimVar, ValidGraph};
@@ -290,20 +291,39 @@ fn rank(
         .flat_map(|(gi, _, g)| row_split_jobs(*gi, g))
         .collect();
     jobs.extend(row_splits);
-    type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats), PartitionError>);
-    let results: Vec<Job> = jobs
-        .into_par_iter()
+    type Job = (Option<usize>, Vec<SplitValue>, Result<(Vec<Candidate>, ScheduleStats, bool), PartitionError>);
+    let mut results: Vec<Job> = jobs
+        .par_iter()
         .map(|(gi, splits, g)| {
-            let r = candidates(&g, targets, top_k, prefix);
-            (gi, splits, r)
+            let r = candidates_with(g, targets, top_k, prefix, Cuts::Refused);
+            (*gi, splits.clone(), r)
         })
         .collect();
+    // A declaration none of whose graphs has a launch of tile kernels alone gets its grouped
+    // launches again, with groups cut in two where they must be: a value stored between two
+    // kernels. Each cut tried plans a whole launch, so the others never pay for them.
+    let all_tile = |c: &Candidate| c.launch.kernels.iter().all(|k| k.tile().is_some());
+    let none_all_tile = !results.iter().any(|(_, _, r)| r.as_ref().is_ok_and(|(c, _, _)| c.iter().any(all_tile)));
+    if none_all_tile {
+        let again: Vec<(usize, (Vec<Candidate>, ScheduleStats))> = results
+            .par_iter()
+            .enumerate()
+            .filter(|(_, (_, _, r))| matches!(r, Ok((_, _, true))))
+            .map(|(i, _)| (i, grouped_candidates(&jobs[i].2, targets, top_k, prefix)))
+            .collect();
+        for (i, (cands, s)) in again {
+            if let Ok((old, stats, _)) = &mut results[i].2 {
+                *old = cands;
+                stats.merge(s);
+            }
+        }
+    }
     let mut ranked = Vec::new();
     let mut stats = ScheduleStats::default();
     let mut errors = Vec::new();
     for (gi, splits, r) in results {
         match r {
-            Ok((cands, s)) => {
+            Ok((cands, s, _)) => {
                 stats.merge(s);
                 for c in cands {
                     ranked.push(Ranked { graph_index: gi, splits: splits.clone(), candidate: c });

@@ -6,8 +6,9 @@
 //! best plans gets its own best combine kernel.
 //!
 //! A graph none of whose partitions schedules is tried once more as kernels per group of
-//! outputs (`grouped_launches`), each recomputing what it shares with the others, with the
-//! fallback for the groups no tile kernel computes, before it is left to the fallback alone.
+//! outputs (`grouped_launches`), each recomputing what it shares with the others or reading
+//! a value an earlier one stored, with the fallback for the groups no tile kernel computes,
+//! before it is left to the fallback alone.
 
 use rayon::prelude::*;
 
@@ -204,13 +205,39 @@ fn plan_kernel(
 }
 
 /// The best `top_k` launches of a graph, best first; kernel `k` of each is named
-/// `{symbol_prefix}_{k}`.
+/// `{symbol_prefix}_{k}`. Where no partition of the graph schedules, its groups of outputs
+/// are tried as kernels of their own, a group cut in two where it must
+/// ([`Cuts::Allowed`]).
 pub fn candidates(
     graph: &ValidGraph,
     targets: &Targets,
     top_k: usize,
     symbol_prefix: &str,
 ) -> Result<(Vec<Candidate>, ScheduleStats), PartitionError> {
+    let (out, stats, _) = candidates_with(graph, targets, top_k, symbol_prefix, Cuts::Allowed)?;
+    Ok((out, stats))
+}
+
+/// Whether the grouped launches of a graph may cut a group in two ([`grouped_launches`]).
+/// Each cut tried plans every kernel of the launch again, so the driver allows them only for
+/// a declaration none of whose graphs has a launch of tile kernels alone without them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Cuts {
+    /// Groups that schedule in no kernel go to the fallback.
+    Refused,
+    /// Such a group is cut at the value whose launch runs fastest.
+    Allowed,
+}
+
+/// [`candidates`], with or without cuts, and whether the launches are grouped ones (no
+/// partition of the graph scheduled): those [`grouped_candidates`] may replace.
+pub(super) fn candidates_with(
+    graph: &ValidGraph,
+    targets: &Targets,
+    top_k: usize,
+    symbol_prefix: &str,
+    cuts: Cuts,
+) -> Result<(Vec<Candidate>, ScheduleStats, bool), PartitionError> {
     let mut stats = ScheduleStats::default();
     let mut out = launches(graph, &partition(graph)?, targets, top_k, symbol_prefix, &mut stats);
     match row_first(graph) {
@@ -218,16 +245,40 @@ pub fn candidates(
         Some(Err(e)) => stats.count(format!("row-first partition: {e}"), 1),
         None => {}
     }
-    if out.is_empty() {
-        out = grouped_launches(graph, targets, top_k, symbol_prefix, &mut stats);
+    let grouped = out.is_empty();
+    if grouped {
+        out = grouped_launches(graph, targets, top_k, symbol_prefix, cuts, &mut stats);
     }
     out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    Ok((out, stats))
+    Ok((out, stats, grouped))
+}
+
+/// The grouped launches of a graph no partition of which schedules, best first, with cuts
+/// allowed: what the driver tries when no graph of a declaration has a launch of tile
+/// kernels alone.
+pub(super) fn grouped_candidates(
+    graph: &ValidGraph,
+    targets: &Targets,
+    top_k: usize,
+    symbol_prefix: &str,
+) -> (Vec<Candidate>, ScheduleStats) {
+    let mut stats = ScheduleStats::default();
+    let mut out = grouped_launches(graph, targets, top_k, symbol_prefix, Cuts::Allowed, &mut stats);
+    out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    (out, stats)
 }
 
 /// At most this many groups of outputs are tried together ([`grouped_launches`]); past it,
 /// each is a kernel of its own.
 const MAX_GROUPED_TRIALS: usize = 16;
+
+/// At most this many values of one group are tried as the value a kernel stores for the next
+/// ([`grouped_launches`]), the first in node order: each try plans every kernel of the launch
+/// again.
+const MAX_CUT_POINTS: usize = 32;
+
+/// The nodes one kernel of a grouped launch computes, and whether it computes them transposed.
+type Group = (Vec<NodeId>, bool);
 
 /// The launches of a graph that has no launch of one kernel (nor a row-first one): its outputs
 /// in groups, as few tile kernels as schedule, and the fallback for the groups that schedule
@@ -239,34 +290,80 @@ const MAX_GROUPED_TRIALS: usize = 16;
 /// output `transpose(w)` beside `matmul(x, transpose(w))`: a kernel stores it, and the
 /// product's kernel only reads `w` through it). Each group is tried after the kernels placed
 /// before it, which store what they share with it: it joins the first kernel it schedules in
-/// together with what that kernel already holds, or starts one of its own; one that schedules
-/// in no kernel, even alone, is left to fallback stages after the tile kernels, so that one
-/// output the tile programs cannot compute does not take the others with it.
+/// together with what that kernel already holds, or starts one of its own. One that
+/// schedules in no kernel, even alone, is cut in two at a value it computes, where `cuts`
+/// allows ([`cut_points`](crate::plan::partition::cut_points)): a kernel stores that value to
+/// a workspace and the next reads it (a softmax along the rows, then a sum down its
+/// columns). One that no cut helps is left to fallback stages after the tile kernels, so that
+/// one output the tile programs cannot compute does not take the others with it.
 fn grouped_launches(
     graph: &ValidGraph,
     targets: &Targets,
     top_k: usize,
     symbol_prefix: &str,
+    cuts: Cuts,
     stats: &mut ScheduleStats,
 ) -> Vec<Candidate> {
-    use crate::plan::partition::{components, grouped, output_cones};
-    // How the last group of `groups` schedules best, after the kernels before it (which store
-    // the outputs they share with it): as written, or computed transposed (a column a block's
-    // row); `None`, neither way.
-    let schedules = |groups: &[(Vec<NodeId>, bool)]| -> Option<bool> {
+    use crate::plan::partition::{beyond_cut, components, cone, cut_points, grouped, output_cones};
+    // The best seconds of kernel `k` of `groups`, after the kernels before it (which store the
+    // outputs they share with it, and the `stored` values it reads): `None`, no schedule.
+    let seconds = |groups: &[Group], stored: &[NodeId], k: usize| -> Option<f64> {
+        let Some(Ok(p)) = grouped(graph, groups, stored) else { return None };
+        let mut scratch = ScheduleStats::default();
+        let best = plan_kernel(&p.kernels[k], &kernel_io(&p, k, &[]), targets, 1, &[], &mut scratch);
+        Some(best.first()?.cost.seconds)
+    };
+    // How the last group of `groups` schedules best: as written, or computed transposed (a
+    // column a block's row), with its seconds; `None`, neither way.
+    let schedules = |groups: &[Group], stored: &[NodeId]| -> Option<(bool, f64)> {
         let k = groups.len() - 1;
         [false, true]
             .into_iter()
             .filter_map(|transposed| {
                 let mut trial = groups.to_vec();
                 trial[k].1 = transposed;
-                let Some(Ok(p)) = grouped(graph, &trial) else { return None };
-                let mut scratch = ScheduleStats::default();
-                let best = plan_kernel(&p.kernels[k], &kernel_io(&p, k, &[]), targets, 1, &[], &mut scratch);
-                Some((best.first()?.cost.seconds, transposed))
+                Some((transposed, seconds(&trial, stored, k)?))
             })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, transposed)| transposed)
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    // The seconds of the best launch of the kernels of `groups`, all planned again: a kernel
+    // placed earlier may now also store a value for a later one. `None`: one of them does not
+    // schedule.
+    let launched = |groups: &[Group], stored: &[NodeId]| -> Option<f64> {
+        let Some(Ok(p)) = grouped(graph, groups, stored) else { return None };
+        let mut scratch = ScheduleStats::default();
+        let found = launches(graph, &p, targets, 1, symbol_prefix, &mut scratch);
+        found.iter().map(|c| c.seconds).min_by(f64::total_cmp)
+    };
+    // A group that schedules in no kernel, cut in two at the value whose launch runs fastest:
+    // a kernel computes the value and stores it (an earlier kernel that already computes it,
+    // or one of its own), and the next computes the rest of the group from it. The kernels to
+    // append, and the value.
+    let cut = |kernels: &[Group], stored: &[NodeId], group: &[NodeId]| {
+        let mut best: Option<(f64, Vec<Group>, NodeId)> = None;
+        for c in cut_points(graph, group).into_iter().take(MAX_CUT_POINTS) {
+            let mut with: Vec<NodeId> = stored.to_vec();
+            with.push(c);
+            let mut ways: Vec<Vec<Group>> = Vec::new();
+            let rest = beyond_cut(graph, group, c);
+            let own = !kernels.iter().any(|(nodes, _)| nodes.contains(&c));
+            for t in [false, true] {
+                let after = (rest.clone(), t);
+                if own {
+                    ways.extend([false, true].map(|s| vec![(cone(graph, c), s), after.clone()]));
+                } else {
+                    ways.push(vec![after]);
+                }
+            }
+            for added in ways {
+                let trial: Vec<Group> = kernels.iter().chain(&added).cloned().collect();
+                let Some(total) = launched(&trial, &with) else { continue };
+                if best.as_ref().is_none_or(|b| total < b.0) {
+                    best = Some((total, added, c));
+                }
+            }
+        }
+        best.map(|(_, added, c)| (added, c))
     };
     let parts = components(graph);
     // Each group to place, and whether it may still give way to its outputs' cones. The whole
@@ -275,10 +372,13 @@ fn grouped_launches(
         [whole] => output_cones(graph, whole).into_iter().map(|c| (c, false)).collect(),
         _ => parts.into_iter().map(|c| (c, true)).collect(),
     };
-    if queue.len() < 2 {
+    // One group is the graph that has just failed to schedule; only a cut can help it.
+    if queue.is_empty() || (queue.len() < 2 && cuts == Cuts::Refused) {
         return Vec::new();
     }
-    let mut kernels: Vec<(Vec<NodeId>, bool)> = Vec::new();
+    let mut kernels: Vec<Group> = Vec::new();
+    // The values kernels store for later ones to read.
+    let mut stored: Vec<NodeId> = Vec::new();
     // What no tile kernel computes: the fallback's.
     let mut rest: Vec<NodeId> = Vec::new();
     let mut placed = 0;
@@ -292,7 +392,7 @@ fn grouped_launches(
                 // Kernels after this one store nothing it stores, so they do not change it.
                 let mut trial = kernels[..=i].to_vec();
                 trial[i].0.clone_from(&with);
-                if let Some(transposed) = schedules(&trial) {
+                if let Some((transposed, _)) = schedules(&trial, &stored) {
                     kernels[i] = (with, transposed);
                     joined = true;
                     break;
@@ -302,8 +402,8 @@ fn grouped_launches(
         if !joined {
             let mut trial = kernels.clone();
             trial.push((nodes.clone(), false));
-            match schedules(&trial) {
-                Some(transposed) => kernels.push((nodes, transposed)),
+            match schedules(&trial, &stored) {
+                Some((transposed, _)) => kernels.push((nodes, transposed)),
                 None => {
                     let cones = if divisible { output_cones(graph, &nodes) } else { Vec::new() };
                     if cones.len() >= 2 {
@@ -311,6 +411,14 @@ fn grouped_launches(
                             queue.push_front((c, false));
                         }
                         continue;
+                    }
+                    if cuts == Cuts::Allowed && placed < MAX_GROUPED_TRIALS {
+                        if let Some((added, c)) = cut(&kernels, &stored, &nodes) {
+                            kernels.extend(added);
+                            stored.push(c);
+                            placed += 1;
+                            continue;
+                        }
                     }
                     // The stages of a part of a graph cannot read its per-request tables
                     // (`append_fallback`); such a graph is the fallback's whole.
@@ -334,7 +442,7 @@ fn grouped_launches(
         rest.dedup();
         kernels.push((rest, false));
     }
-    let part = match grouped(graph, &kernels) {
+    let part = match grouped(graph, &kernels, &stored) {
         Some(Ok(part)) => part,
         Some(Err(e)) => {
             stats.count(format!("grouped partition: {e}"), 1);

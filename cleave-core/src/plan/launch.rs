@@ -3,7 +3,7 @@
 use super::cost::stage_cost;
 use super::error::PlanError;
 use super::lower::{KernelIo, Planned};
-use super::partition::{KernelGraph, Partition, Workspace, WorkspaceType};
+use super::partition::{KernelGraph, Part, Partition, Workspace, WorkspaceType};
 use super::program::{stride_params, Binding, GridAxis, Param, StrideParam, TileKernel};
 use super::stage::{stages, StageKernel, LANES};
 use crate::arch::Arch;
@@ -162,6 +162,7 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
             .filter(|id| kg.graph.node(*id).op == Op::Unary(UnaryOp::Exp))
             .filter(|id| part.bounded_exps[kg.origin[id.index()].index()])
             .collect(),
+        cut_outputs: (0..kg.outputs.len()).filter(|&o| is_cut(part, kg.outputs[o])).collect(),
         ..Default::default()
     };
     let mut next_workspace = part.workspaces.len() as u32;
@@ -177,9 +178,14 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
             }
         }
         // The exp whose running max was stored, where this kernel computes its elements again
-        // (the same node, or the same exp of the unsplit row).
+        // (the same node, or the same exp of the unsplit row) and reads a value scaled by
+        // that max: a kernel of a grouped launch may compute the same exp for an output of
+        // its own, on a max of its own.
         let earlier_graph = &part.kernels[j];
-        if let Some(src) = planned.max_source.filter(|s| earlier_graph.graph.node(*s).op == Op::Unary(UnaryOp::Exp)) {
+        let reads_max = io.scaled_inputs.values().any(|&b| b == max);
+        if let Some(src) =
+            planned.max_source.filter(|s| reads_max && earlier_graph.graph.node(*s).op == Op::Unary(UnaryOp::Exp))
+        {
             let class = part.same_elements[earlier_graph.origin[src.index()].index()];
             for id in kg.graph.ids().filter(|id| part.same_elements[kg.origin[id.index()].index()] == class) {
                 io.shifted_exps.insert(id, max);
@@ -191,6 +197,14 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
         io.max_output = Some(Binding::Workspace(next_workspace));
     }
     io
+}
+
+/// Whether `b` is a workspace of a [`grouped`](super::partition::grouped) partition: a value
+/// one kernel stores for a later one to read.
+fn is_cut(part: &Partition, b: Binding) -> bool {
+    let Binding::Workspace(w) = b else { return false };
+    let node = part.workspaces.get(w as usize).and_then(|ws| ws.node);
+    node.is_some_and(|n| matches!(part.part[n.index()], Part::Group(_)))
 }
 
 /// Assembles the planned kernels of a partition (each planned with [`kernel_io`]) into a

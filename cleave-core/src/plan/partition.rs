@@ -348,15 +348,7 @@ pub fn output_cones(g: &ValidGraph, among: &[NodeId]) -> Vec<Vec<NodeId>> {
         if !among.contains(&o.node) {
             continue;
         }
-        let mut cone = vec![false; g.nodes.len()];
-        let mut stack = vec![o.node];
-        while let Some(x) = stack.pop() {
-            if g.node(x).op.is_leaf() || std::mem::replace(&mut cone[x.index()], true) {
-                continue;
-            }
-            stack.extend(g.node(x).args.iter().copied());
-        }
-        let cone: Vec<NodeId> = g.ids().filter(|id| cone[id.index()]).collect();
+        let cone = cone(g, o.node);
         if !cone.is_empty() && !cones.contains(&cone) {
             cones.push(cone);
         }
@@ -372,20 +364,70 @@ pub fn output_cones(g: &ValidGraph, among: &[NodeId]) -> Vec<Vec<NodeId>> {
     ordered
 }
 
-/// A partition of `g` into one kernel per group of `groups`, in order, with no workspaces: a
-/// node in several groups is computed by each kernel whose group holds it (an output among
-/// them is stored by the first), so every group must hold all it is computed from ([`components`]
-/// or [`output_cones`], or unions of them). The last kernel also stores the outputs that are
-/// leaves. Nodes in no group are computed by no kernel (a partition of part of the graph, to
-/// try whether a group schedules alone). A group marked `true` is computed transposed
-/// ([`super::columns`]): its reductions down a column run along the block's rows, whatever the
-/// other kernels do.
+/// The computed nodes `node` is computed from, itself included, in node order.
+pub fn cone(g: &Graph, node: NodeId) -> Vec<NodeId> {
+    let mut cone = vec![false; g.nodes.len()];
+    let mut stack = vec![node];
+    while let Some(x) = stack.pop() {
+        if g.node(x).op.is_leaf() || std::mem::replace(&mut cone[x.index()], true) {
+            continue;
+        }
+        stack.extend(g.node(x).args.iter().copied());
+    }
+    g.ids().filter(|id| cone[id.index()]).collect()
+}
+
+/// The nodes of `group` that a kernel may store to an f32 workspace for a later kernel of a
+/// [`grouped`] partition to read, when the group schedules in no one kernel (two reductions
+/// of one cone that want different tiles): those computed and read by another node of the
+/// group. The kernel that stores one refuses it where it carries a running-max scale
+/// ([`KernelIo::cut_outputs`](super::KernelIo::cut_outputs)).
+pub fn cut_points(g: &ValidGraph, group: &[NodeId]) -> Vec<NodeId> {
+    let users = g.users();
+    group
+        .iter()
+        .copied()
+        .filter(|&c| !g.node(c).op.is_leaf() && users[c.index()].iter().any(|u| group.contains(u)))
+        .collect()
+}
+
+/// What is left of `group` to compute once value `cut` is read from memory: the nodes its
+/// sinks (those no node of the group reads) still need, reached without passing `cut`.
+pub fn beyond_cut(g: &ValidGraph, group: &[NodeId], cut: NodeId) -> Vec<NodeId> {
+    let users = g.users();
+    let mut kept = vec![false; g.nodes.len()];
+    let mut stack: Vec<NodeId> =
+        group.iter().copied().filter(|x| !users[x.index()].iter().any(|u| group.contains(u))).collect();
+    while let Some(x) = stack.pop() {
+        if x == cut || g.node(x).op.is_leaf() || std::mem::replace(&mut kept[x.index()], true) {
+            continue;
+        }
+        stack.extend(g.node(x).args.iter().copied());
+    }
+    group.iter().copied().filter(|x| kept[x.index()]).collect()
+}
+
+/// A partition of `g` into one kernel per group of `groups`, in order: a node in several
+/// groups is computed by each kernel whose group holds it (an output among them is stored by
+/// the first), so every group must hold all it is computed from ([`components`] or
+/// [`output_cones`], or unions of them) but the `stored` nodes ([`cut_points`]): the first
+/// kernel that computes one of those also stores it to an f32 workspace, and a later kernel
+/// whose group does not hold it reads it from there. The last kernel also stores the outputs
+/// that are leaves. Nodes in no group are computed by no kernel (a partition of part of the
+/// graph, to try whether a group schedules alone). A group marked `true` is computed
+/// transposed ([`super::columns`]): its reductions down a column run along the block's rows,
+/// whatever the other kernels do.
 ///
 /// This is the launch of a graph whose outputs cannot share one block's tiles (a sum down
-/// the columns of the tensor whose rows another output normalizes). `None` for a graph with a
-/// split or a computed right operand, whose kernels [`partition`] orders, or with more groups
-/// than a [`Part`] counts.
-pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<Partition, PartitionError>> {
+/// the columns of the tensor whose rows another output normalizes), or whose one output needs
+/// a value stored between two kernels (a sum down the columns of a softmax along the
+/// rows). `None` for a graph with a split or a computed right operand, whose kernels
+/// [`partition`] orders, or with more groups than a [`Part`] counts.
+pub fn grouped(
+    g: &ValidGraph,
+    groups: &[(Vec<NodeId>, bool)],
+    stored: &[NodeId],
+) -> Option<Result<Partition, PartitionError>> {
     let live = g.live();
     if g.has_split() || computed_right_operands(g, &live).contains(&true) || groups.len() > 200 {
         return None;
@@ -404,9 +446,23 @@ pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<
             }
         }
     }
+    let mut cuts: Vec<NodeId> = stored.to_vec();
+    cuts.sort();
+    cuts.dedup();
+    let workspaces: Vec<Workspace> = cuts
+        .iter()
+        .enumerate()
+        .map(|(w, &c)| Workspace {
+            name: format!("ws{w}"),
+            shape: g.shape(c).to_vec(),
+            node: Some(c),
+            ty: WorkspaceType::F32,
+            storage: None,
+        })
+        .collect();
     let mut kernels = Vec::with_capacity(groups.len());
     for (k, &(_, transposed)) in groups.iter().enumerate() {
-        let mut kg = match extract(g, &part, &again[k], k, (Part::Group(k as u8), k + 1 == groups.len()), &[]) {
+        let mut kg = match extract(g, &part, &again[k], k, (Part::Group(k as u8), k + 1 == groups.len()), &workspaces) {
             Ok(kg) => kg,
             Err(e) => return Some(Err(e)),
         };
@@ -425,7 +481,7 @@ pub fn grouped(g: &ValidGraph, groups: &[(Vec<NodeId>, bool)]) -> Option<Result<
         part,
         combine_roots: Vec::new(),
         kernels,
-        workspaces: Vec::new(),
+        workspaces,
     }))
 }
 
@@ -434,7 +490,7 @@ fn order(p: Part) -> u8 {
     match p {
         Part::Leaf | Part::Unused => 0,
         Part::Pre => 1,
-        // A grouped partition has neither rows kernels nor workspaces.
+        // A grouped partition has no rows kernels.
         Part::Rows(l) | Part::Group(l) => 2 + l,
         Part::Split => 250,
         Part::Combine => 251,
@@ -459,21 +515,14 @@ pub(super) fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool
             continue;
         }
         // The operand and every non-leaf node it depends on.
-        let mut cone = vec![false; g.nodes.len()];
-        let mut stack = vec![b];
-        while let Some(x) = stack.pop() {
-            if g.node(x).op.is_leaf() || std::mem::replace(&mut cone[x.index()], true) {
-                continue;
-            }
-            stack.extend(g.node(x).args.iter().copied());
-        }
-        let crosses_split = g.ids().any(|x| cone[x.index()] && matches!(g.node(x).op, Op::Split(_)));
-        let stores_output = g.outputs.iter().any(|o| cone[o.node.index()]);
+        let nodes = cone(g, b);
+        let crosses_split = nodes.iter().any(|&x| matches!(g.node(x).op, Op::Split(_)));
+        let stores_output = g.outputs.iter().any(|o| nodes.contains(&o.node));
         if crosses_split || stores_output {
             continue;
         }
-        for (p, c) in pre.iter_mut().zip(cone) {
-            *p |= c;
+        for x in nodes {
+            pre[x.index()] = true;
         }
     }
     pre
@@ -699,7 +748,7 @@ mod tests {
             .collect();
         // `a` and `b` share `u`; `c` reads only an input they read, and another.
         assert_eq!(names, [vec!["a".to_string(), "b".to_string()], vec!["c".to_string()]]);
-        let p = grouped(&g, &[(groups[1].clone(), false), (groups[0].clone(), false)])
+        let p = grouped(&g, &[(groups[1].clone(), false), (groups[0].clone(), false)], &[])
             .expect("no split")
             .expect("partitions");
         let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
@@ -707,7 +756,7 @@ mod tests {
         assert!(p.workspaces.is_empty());
         // A computed right operand orders its own kernels.
         let pre = graph("a = matmul(x, exp(w))", "{ a: \"f32[s, n]\" }");
-        assert!(grouped(&pre, &[(components(&pre)[0].clone(), false)]).is_none());
+        assert!(grouped(&pre, &[(components(&pre)[0].clone(), false)], &[]).is_none());
     }
 
     #[test]
@@ -725,7 +774,7 @@ mod tests {
         // A grouped kernel binds only inputs and outputs: its stages write what it binds.
         let g = graph("a = exp(x)\n      b = sum(matmul(x, w), axis=-1)", "{ a: \"f32[s, k]\", b: \"f32[s, 1]\" }");
         let groups: Vec<(Vec<NodeId>, bool)> = components(&g).into_iter().map(|c| (c, false)).collect();
-        let p = grouped(&g, &groups).expect("no split").expect("partitions");
+        let p = grouped(&g, &groups, &[]).expect("no split").expect("partitions");
         let mut launch = fallback(&g, "t", &arch).expect("fallback");
         let (n, base) = (launch.kernels.len(), launch.workspaces.len() as u32);
         append_fallback(&mut launch, &p.kernels[1], "t", &arch).expect("appends");
@@ -765,7 +814,7 @@ mod tests {
             v.dedup();
             v
         };
-        let p = grouped(&g, &[(ab, false), (cones[2].clone(), false)]).expect("no split").expect("partitions");
+        let p = grouped(&g, &[(ab, false), (cones[2].clone(), false)], &[]).expect("no split").expect("partitions");
         let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
         assert_eq!(stored, [vec![Binding::Output(0), Binding::Output(1)], vec![Binding::Output(2)]]);
         // Both kernels compute the exp from `x`; the second computes it again.
@@ -785,10 +834,39 @@ mod tests {
         assert_eq!(cones.len(), 2);
         assert!(cones[0].contains(&nested.outputs[0].node) && !cones[0].contains(&nested.outputs[1].node));
         assert!(cones[1].contains(&nested.outputs[0].node) && cones[1].contains(&nested.outputs[1].node));
-        let p = grouped(&nested, &[(cones[0].clone(), false), (cones[1].clone(), false)])
+        let p = grouped(&nested, &[(cones[0].clone(), false), (cones[1].clone(), false)], &[])
             .expect("no split")
             .expect("partitions");
         let stored: Vec<Vec<Binding>> = p.kernels.iter().map(|k| k.outputs.clone()).collect();
         assert_eq!(stored, [vec![Binding::Output(0)], vec![Binding::Output(1)]]);
+    }
+
+    #[test]
+    fn a_stored_value_is_written_by_the_first_kernel_and_read_by_the_next() {
+        use crate::graph::BinaryOp;
+        let g = graph(
+            "u = exp(x)\n      a = u / sum(u, axis=-1)\n      b = sum(a, axis=0) + transpose(sum(w, axis=1))",
+            "{ b: \"f32[1, k]\" }",
+        );
+        let group = components(&g)[0].clone();
+        let a = g.ids().find(|&id| g.node(id).op == Op::Binary(BinaryOp::Div)).expect("a quotient");
+        // Every computed value another reads may be stored; the sink may not.
+        let points = cut_points(&g, &group);
+        assert!(points.contains(&a) && !points.contains(&g.outputs[0].node));
+        // Past the quotient, its column sum is left, and what `w` adds to it.
+        let rest = beyond_cut(&g, &group, a);
+        assert!(rest.contains(&g.outputs[0].node) && !rest.contains(&a) && rest.iter().all(|&x| x > a));
+        let p = grouped(&g, &[(cone(&g, a), false), (rest, false)], &[a]).expect("no split").expect("partitions");
+        assert_eq!(p.workspaces.len(), 1);
+        assert_eq!((p.workspaces[0].node, p.workspaces[0].ty), (Some(a), WorkspaceType::F32));
+        assert_eq!(p.workspaces[0].shape, g.shape(a));
+        assert_eq!(p.kernels[0].outputs, [Binding::Workspace(0)]);
+        assert_eq!(p.kernels[1].inputs, [Binding::Input(1), Binding::Workspace(0)]);
+        assert_eq!(p.kernels[1].outputs, [Binding::Output(0)]);
+        // The second kernel reads the quotient; it computes no exp of its own.
+        assert!(!p.kernels[1].graph.nodes.iter().any(|n| n.op == Op::Unary(crate::graph::UnaryOp::Exp)));
+        // Without the stored value, the second group lacks what it is computed from.
+        let rest = beyond_cut(&g, &group, a);
+        assert!(matches!(grouped(&g, &[(cone(&g, a), false), (rest, false)], &[]), Some(Err(_))));
     }
 }

@@ -65,6 +65,13 @@ pub struct KernelIo {
     /// Exps of this kernel's graph that need no running max: a user's own shift by the max,
     /// at most one ([`stabilize::bounded_exps`], decided on the partitioned graph).
     pub bounded_exps: BTreeSet<NodeId>,
+    /// Outputs that store a value for a later kernel of a grouped launch to read
+    /// ([`crate::plan::partition::grouped`]), by output index, as the kernel holds it. One that
+    /// carries a running-max scale is refused: brought back to its true scale, `x · exp(m)`
+    /// can overflow f32 where the outputs computed from it would not (`log(sum(exp(x)))`),
+    /// and stored scaled, the kernels that read it would have to merge rows of different
+    /// maxima.
+    pub cut_outputs: BTreeSet<usize>,
 }
 
 /// The planned kernel and what the next kernel of its launch needs to know about it.
@@ -325,6 +332,9 @@ impl Lowerer<'_> {
             let tmap = it.tmaps.get(&node).cloned().ok_or(PlanError::OutputWithoutTile(node))?;
             let val = self.values.get(&node).cloned().ok_or(PlanError::OutputNotComputed(node))?;
             let (expr, cols, scale) = self.as_reg(&val, &tmap)?;
+            if self.io.cut_outputs.contains(&o) && scale.is_some_and(|s| s.degree != 0) {
+                return Err(PlanError::LeavesRunningMaxScale);
+            }
             let tmap = if trans {
                 it.tmaps.get(&out.node).cloned().ok_or(PlanError::OutputWithoutTile(out.node))?
             } else {
