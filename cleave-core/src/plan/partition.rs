@@ -598,8 +598,13 @@ pub(super) fn extract(
             }
             _ if computes(id) => {
                 // Operands come before their users, and every operand of a kernel's node is a
-                // leaf, a node of the same kernel or a workspace of an earlier one.
-                let args: Vec<NodeId> = n.args.iter().map(|a| map[a]).collect();
+                // leaf, a node of the same kernel or a workspace of an earlier one; a group
+                // that lacks one (a stored value no earlier group computes) is refused.
+                let args = n.args.iter().map(|a| map.get(a).copied()).collect::<Option<Vec<NodeId>>>();
+                let Some(args) = args else {
+                    let message = "an operand that neither this kernel nor an earlier one computes".to_string();
+                    return Err(PartitionError::Shape { kernel: k, node: id.0, message });
+                };
                 let new = sub.add(n.op, &args).map_err(|e| PartitionError::Shape {
                     kernel: k,
                     node: id.0,
@@ -865,8 +870,10 @@ mod tests {
         assert_eq!(p.kernels[1].outputs, [Binding::Output(0)]);
         // The second kernel reads the quotient; it computes no exp of its own.
         assert!(!p.kernels[1].graph.nodes.iter().any(|n| n.op == Op::Unary(crate::graph::UnaryOp::Exp)));
-        // Without the stored value, the second group lacks what it is computed from.
+        // Without the stored value, the second group lacks what it is computed from; so it
+        // does when no earlier group computes the value.
         let rest = beyond_cut(&g, &group, a);
-        assert!(matches!(grouped(&g, &[(cone(&g, a), false), (rest, false)], &[]), Some(Err(_))));
+        assert!(matches!(grouped(&g, &[(cone(&g, a), false), (rest.clone(), false)], &[]), Some(Err(_))));
+        assert!(matches!(grouped(&g, &[(rest, false)], &[a]), Some(Err(PartitionError::Shape { .. }))));
     }
 }
