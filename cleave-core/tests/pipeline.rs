@@ -1730,3 +1730,61 @@ fn a_value_two_reductions_tile_differently_is_stored_between_kernels() {
         }
     }
 }
+
+#[test]
+fn an_exp_summed_over_a_leading_axis_keeps_a_running_max_per_element() {
+    // Over the leading axis of `[b, c, a]` a loop walks one slice at a time, and each element
+    // sums its own column of slices, so its running max is its own (a max shared by a row
+    // would let one large element underflow its neighbours' sums). No running max per row
+    // could stabilize these exps, and the declarations went to the fallback.
+    let dims = "b: { value: 96, dynamic: true }, c: 40, a: 24";
+    let cases = [
+        (
+            columns_kernel(
+                dims,
+                "x: \"f32[b, c, a]\", v: \"f16[b, c, a]\"",
+                "y: \"f32[1, c, a]\"",
+                "y = sum(exp(x) * v, axis=0) / sum(exp(x), axis=0)",
+            ),
+            "a softmax-weighted average over the leading axis",
+        ),
+        (
+            columns_kernel(dims, "x: \"f32[b, c, a]\"", "y: \"f32[1, c, a]\"", "y = log(sum(exp(x), axis=0))"),
+            "a log-sum-exp over the leading axis",
+        ),
+    ];
+    for (g, what) in cases {
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let per_element =
+            |k: &TileKernel| k.bufs.iter().any(|b| b.name.ends_with("_m") && matches!(b.kind, BufKind::Frag { .. }));
+        let tiled: Vec<&Launch> = c
+            .ranked
+            .iter()
+            .map(|r| &r.candidate.launch)
+            .filter(|l| l.kernels.iter().all(|k| k.tile().is_some()))
+            .collect();
+        assert!(!tiled.is_empty(), "{what}: a launch of tile kernels");
+        assert!(
+            tiled.iter().all(|l| l.kernels.iter().filter_map(|k| k.tile()).any(per_element)),
+            "{what}: each keeps a running max per element"
+        );
+        // Exp arguments past f32's range, at the declared extent and a ragged one.
+        for (seed, extent) in [(41, 96), (42, 37)] {
+            every_launch_within_tolerance(&g, &c, &bound(&g, "b", extent), seed, 150.0, 300.0);
+        }
+    }
+    // Summed along the row after that, or contracted by a product, the elements would mix
+    // their scales: such schedules are refused, and every launch kept is still right.
+    let mixed = [
+        ("x: \"f32[b, c, a]\"", "y: \"f32[1, c, 1]\"", "y = sum(sum(exp(x), axis=0), axis=-1)"),
+        ("x: \"f32[b, c, a]\", w: \"f16[1, a, n]\"", "y: \"f32[1, c, n]\"", "y = matmul(max(exp(x), axis=0), w)"),
+    ];
+    for (inputs, outputs, body) in mixed {
+        let g = columns_kernel("b: { value: 96, dynamic: true }, c: 40, a: 32, n: 16", inputs, outputs, body);
+        let c = compile(&g, &Options::default()).expect("compiles");
+        // Elements whose maxima differ by tens, and sums that fit f32.
+        for (seed, extent) in [(43, 96), (44, 37)] {
+            every_launch_within_tolerance(&g, &c, &bound(&g, "b", extent), seed, 10.0, 40.0);
+        }
+    }
+}

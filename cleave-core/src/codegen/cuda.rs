@@ -701,8 +701,11 @@ impl Gen<'_> {
                 }
             }
             // One value per row: a rescale factor, whose precision matters more than one
-            // instruction (see `cleave_exp_sub`).
-            Expr::ExpDiff(a, b) if self.per_row(a) => format!("cleave_exp_sub({}, {})", self.expr(a), self.expr(b)),
+            // instruction (see `cleave_exp_sub`). A max per element is such a factor's operand
+            // too, and has no per-row term to hoist.
+            Expr::ExpDiff(a, b) if self.per_row(a) || !self.per_row(b) => {
+                format!("cleave_exp_sub({}, {})", self.expr(a), self.expr(b))
+            }
             // exp(c·x - b) as exp2(x · c·log2(e) - b·log2(e)): the scale costs nothing.
             Expr::ExpDiff(a, b) => match a.positive_scale() {
                 Some((c, x)) => format!(

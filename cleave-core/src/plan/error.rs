@@ -127,10 +127,11 @@ pub enum PlanError {
     /// A reduction over a non-last axis whose tile is more than one slice.
     #[error("a reduction over a non-last axis that is not iterated one slice at a time")]
     NonLastReductionTile,
-    /// A reduction of an exp that no running max per block row can stabilize: the exp reaches
-    /// it through an op that is not linear in it, as a product's right operand, or along an
-    /// axis other than the last.
-    #[error("node %{} reduces an exp in a way a running max per row cannot stabilize", .0.0)]
+    /// A reduction of an exp that no running max can stabilize: the exp reaches it through an
+    /// op that is not linear in it, as a product's right operand, or along an axis other than
+    /// the last that its loop does not walk one slice at a time (where a max per element
+    /// would), or beside a reduction that needs the other kind of max.
+    #[error("node %{} reduces an exp in a way no running max, per row or per element, can stabilize", .0.0)]
     ExpReduction(NodeId),
     /// An exp feeding both loop accumulators and one-shot reductions.
     #[error("an exp feeding both loop accumulators and one-shot reductions")]
@@ -143,6 +144,14 @@ pub enum PlanError {
     /// non-linear op of an accumulator) is left to a form that does not.
     #[error("a value would have to leave its running-max scale inside the kernel")]
     LeavesRunningMaxScale,
+    /// A product or a row reduction of a value scaled by a running max per element, whose
+    /// elements are on different scales.
+    #[error("node %{} combines elements that a running max per element keeps on different scales", .0.0)]
+    ElementScalesCombined(NodeId),
+    /// A split partial scaled by a running max per element: a partial's max is stored one per
+    /// row, which cannot hold it.
+    #[error("a split partial scaled by a running max per element, which a max stored per row cannot hold")]
+    ElementMaxStored,
     /// Split partials stored against different running maxima.
     #[error("partials scaled by different running maxima")]
     PartialsOnDifferentMaxima,
@@ -174,10 +183,13 @@ impl PlanError {
             PlanError::OutputNotComputed(_) => "an output that was never computed".into(),
             PlanError::UsedBeforeComputed(_) => "a value used before it is computed".into(),
             PlanError::MissingAccumulator(_) => "a missing accumulator".into(),
-            PlanError::ExpReduction(_) => "a reduction of an exp that a running max per row cannot stabilize".into(),
+            PlanError::ExpReduction(_) => "a reduction of an exp that no running max can stabilize".into(),
             PlanError::UnstabilizedExp(_) => "an exp that no row reduction stabilizes".into(),
             PlanError::ShiftedExpDivisor(_) => "a divisor that is an exp shifted by a running max".into(),
             PlanError::StagesOnTileWorkspaces => "fallback stages bound to a tile kernel's workspace".into(),
+            PlanError::ElementScalesCombined(_) => {
+                "elements combined across the scales of a running max per element".into()
+            }
             PlanError::ShiftBeforeMerge(_) => "an exp computed before the merge of the max that shifts it".into(),
             PlanError::MatmulDtypes { .. } => "a matmul whose operand types the tensor cores cannot take".into(),
             PlanError::ContractionTile { .. } => "a contraction tile that is not a multiple of 16".into(),

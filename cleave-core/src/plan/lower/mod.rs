@@ -342,6 +342,10 @@ impl Lowerer<'_> {
             };
             let expr = match (scale, self.io.outputs[o]) {
                 (Some(s), Binding::Workspace(_)) if s.degree == 1 && self.io.max_output.is_some() => {
+                    // A partial's max is stored one per row, and a max per element has more.
+                    if self.bufs[s.m.0 as usize].kind != BufKind::Rows {
+                        return Err(PlanError::ElementMaxStored);
+                    }
                     match self.stored_max {
                         Some(m) if m != s.m => return Err(PlanError::PartialsOnDifferentMaxima),
                         _ => self.stored_max = Some(s.m),
@@ -477,7 +481,7 @@ impl Lowerer<'_> {
         }
         let stab = stabilize::analyze(self.g, inner, self.io)?;
         let maxima_before = self.running_max.clone();
-        self.start_running_maxima(&stab, body);
+        self.start_running_maxima(&stab, body)?;
         let started: Vec<BufId> =
             self.running_max.iter().filter(|(k, _)| !maxima_before.contains_key(k)).map(|(_, m)| *m).collect();
         let mut loop_body = Vec::new();

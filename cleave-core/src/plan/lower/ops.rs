@@ -195,6 +195,18 @@ impl Lowerer<'_> {
         let n = self.g.node(id).clone();
         let tm = it.tmaps.get(&id).cloned().ok_or(PlanError::UsedBeforeComputed(id))?;
         let cols = tm.axes.last().map_or(1, |a| a.extent);
+        // A value scaled by a running max per element holds each element on a scale of its
+        // own: ops that combine elements (a product, a reduction along the row) would add
+        // values on different scales, so only element-by-element ops read it. A reduction
+        // along a non-last axis accumulates element by element, under the same max.
+        let combines = match n.op {
+            Op::MatMul => true,
+            Op::Reduce(_, axis) => axis as usize + 1 == self.g.shape(n.args[0]).len(),
+            _ => false,
+        };
+        if combines && n.args.iter().any(|a| self.scaled_per_element(*a)) {
+            return Err(PlanError::ElementScalesCombined(id));
+        }
         let val = match n.op {
             Op::Const(c) => Value::Const(c),
             // A scalar input is a kernel argument, read by value: no tile to stage. (A scalar
@@ -252,6 +264,19 @@ impl Lowerer<'_> {
         };
         self.values.insert(id, val);
         Ok(())
+    }
+
+    /// Whether `id`'s value is scaled by a running max per element ([`Cover::Element`] over
+    /// more than one column).
+    ///
+    /// [`Cover::Element`]: super::stabilize::Cover::Element
+    fn scaled_per_element(&self, id: NodeId) -> bool {
+        match self.values.get(&id) {
+            Some(Value::Reg { scale: Some(Scale { m, degree }), .. }) => {
+                *degree != 0 && self.bufs[m.0 as usize].kind != BufKind::Rows
+            }
+            _ => false,
+        }
     }
 
     /// The lowered value of an operand. An operand the loop walk has not reached (a value

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::ops::tile_2d;
-use super::stabilize::Stabilized;
+use super::stabilize::{Cover, Stabilized};
 use super::{Lowerer, Scale, Value};
 use crate::graph::{BinaryOp, DType, NodeId, Op, ReduceOp};
 use crate::index::{AxisRange, TMap};
@@ -16,12 +16,33 @@ impl Lowerer<'_> {
     /// Before a loop: each stabilized source of the loop level gets a running max starting at
     /// -inf, and its accumulators are scaled by `exp(m)` from the start (zero is zero at any
     /// scale).
-    pub(super) fn start_running_maxima(&mut self, stab: &BTreeMap<NodeId, Stabilized>, body: &mut Vec<Stmt>) {
+    ///
+    /// A max per element ([`Cover::Element`]) takes the layout of the accumulators it scales,
+    /// which must share one.
+    pub(super) fn start_running_maxima(
+        &mut self,
+        stab: &BTreeMap<NodeId, Stabilized>,
+        body: &mut Vec<Stmt>,
+    ) -> Result<(), PlanError> {
         for (src, st) in stab {
             if st.accumulators.is_empty() || st.shares_max_with.is_some() {
                 continue;
             }
-            let m = self.buf(format!("t{}_m", src.0), BufKind::Rows);
+            let kind = match st.cover {
+                Cover::Row => BufKind::Rows,
+                Cover::Element { .. } => {
+                    let mut kinds = st.accumulators.iter().map(|a| match self.values.get(a) {
+                        Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), .. }) => Some(self.bufs[b.0 as usize].kind),
+                        _ => None,
+                    });
+                    let first = kinds.next().flatten().ok_or(PlanError::MissingAccumulator(st.accumulators[0]))?;
+                    if let Some(i) = kinds.position(|k| k != Some(first)) {
+                        return Err(PlanError::ExpReduction(st.accumulators[i + 1]));
+                    }
+                    first
+                }
+            };
+            let m = self.buf(format!("t{}_m", src.0), kind);
             body.push(Stmt::Assign { dst: m, expr: Expr::constant(f64::NEG_INFINITY) });
             self.running_max.insert(*src, m);
             for a in &st.accumulators {
@@ -30,6 +51,7 @@ impl Lowerer<'_> {
                 }
             }
         }
+        Ok(())
     }
 
     /// Stabilized `exp(x)`: masks columns outside the tensor to -inf, updates the running max
@@ -70,6 +92,20 @@ impl Lowerer<'_> {
                 None => self.stored_shift(b, tm, body),
             };
             let e = Expr::ExpDiff(Box::new(scaled(x)), Box::new(Expr::reg(m)));
+            return Ok(Value::Reg { expr: e, cols, scale: Some(Scale { m, degree: 1 }) });
+        }
+        if let Cover::Element { axis } = st.cover {
+            // Each element is its own max: the tile itself is this iteration's maximum. A
+            // slice past the end of its axis (the last chunk of a ragged split) is -inf, which
+            // moves no max and adds nothing.
+            let limits = tm.axes.get(axis as usize).map(|a| a.limits.clone()).unwrap_or_default();
+            let x = if limits.is_empty() { x } else { Expr::MaskSlice(Box::new(x), limits, f64::NEG_INFINITY) };
+            let xb = self.materialize(format!("t{}_x", id.0), x, cols, body);
+            let m = self.update_max(id, scaled(Expr::reg(xb)), st, body);
+            if self.bufs[m.0 as usize].kind != self.bufs[xb.0 as usize].kind {
+                return Err(PlanError::ExpReduction(st.accumulators.first().copied().unwrap_or(id)));
+            }
+            let e = Expr::ExpDiff(Box::new(scaled(Expr::reg(xb))), Box::new(Expr::reg(m)));
             return Ok(Value::Reg { expr: e, cols, scale: Some(Scale { m, degree: 1 }) });
         }
         let x = if limits.is_empty() { x } else { Expr::MaskCols(Box::new(x), limits, f64::NEG_INFINITY) };
@@ -170,8 +206,9 @@ impl Lowerer<'_> {
         m
     }
 
-    /// Folds a per-row maximum into the running max of `src` (rescaling its accumulators), or
-    /// makes it the one-shot max. Returns the buffer holding the max to subtract.
+    /// Folds a per-row (or, for [`Cover::Element`], per-element) maximum into the running max
+    /// of `src` (rescaling its accumulators), or makes it the one-shot max. Returns the buffer
+    /// holding the max to subtract.
     fn update_max(&mut self, src: NodeId, m_tile: Expr, st: &Stabilized, body: &mut Vec<Stmt>) -> BufId {
         let Some(&m) = self.running_max.get(&src).filter(|_| !st.accumulators.is_empty()) else {
             let m = self.buf(format!("t{}_m", src.0), BufKind::Rows);
@@ -180,9 +217,10 @@ impl Lowerer<'_> {
             return m;
         };
         self.max_source_of.insert(m, src);
-        let m_new = self.buf(format!("t{}_mn", src.0), BufKind::Rows);
+        let kind = self.bufs[m.0 as usize].kind;
+        let m_new = self.buf(format!("t{}_mn", src.0), kind);
         body.push(Stmt::Assign { dst: m_new, expr: Expr::bin(BinaryOp::Max, Expr::reg(m), m_tile) });
-        let c = self.buf(format!("t{}_c", src.0), BufKind::Rows);
+        let c = self.buf(format!("t{}_c", src.0), kind);
         body.push(Stmt::Assign { dst: c, expr: Expr::ExpDiff(Box::new(Expr::reg(m)), Box::new(Expr::reg(m_new))) });
         for &a in &st.accumulators {
             if let Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), .. }) = self.values.get(&a).cloned() {

@@ -32,6 +32,10 @@ impl Lowerer<'_> {
     /// maxima (`started`), then each accumulator by its reduction and scale. `None` when an
     /// accumulator is not a plain register value or its scale is not one of those maxima.
     pub(super) fn carried_state(&self, inner: &ItGraph, started: &[BufId]) -> Option<Vec<(BufId, MergeOp)>> {
+        // The merge combines maxima one per row; a max per element does not merge that way.
+        if started.iter().any(|m| self.bufs[m.0 as usize].kind != BufKind::Rows) {
+            return None;
+        }
         let mut parts: Vec<(BufId, MergeOp)> = started.iter().map(|&m| (m, MergeOp::Max)).collect();
         for &r in &inner.accumulates {
             let Some(Value::Reg { expr: Expr::Src(Src::Reg(b)), scale, .. }) = self.values.get(&r) else {

@@ -10,6 +10,12 @@
 //! exact. Values computed from a reduction are tracked by the lowering's scale degrees and need
 //! not be linear.
 //!
+//! One more form is stabilized: an exp whose every reduction is a loop's accumulation along a
+//! non-last axis that the loop walks one slice at a time (a sum over the leading axis of
+//! `[b, c, a]`). Each element of such an accumulator sums its own column of slices, so its
+//! running max is per element ([`Cover::Element`]) rather than per row; a max shared by a
+//! row would let one large element underflow the sums of the others.
+//!
 //! Every exp must be stabilized: one that reaches a reduction any other way, or reaches none
 //! (whose f32 value could overflow where the true result, after later ops, would not), makes
 //! the schedule fail, and the graph goes to the fallback kernels, whose extended exponent needs
@@ -41,6 +47,28 @@ pub struct Stabilized {
     /// A source this level does not reduce, shifted by the running max an earlier kernel
     /// stored: the binding of that max.
     pub stored_max: Option<Binding>,
+    /// What one value of the running max covers.
+    pub cover: Cover,
+}
+
+/// What one value of a running max covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cover {
+    /// A block row: the source is reduced along the last axis (or is the left operand of a
+    /// product), and every element of a row shares the row's max.
+    Row,
+    /// One element: every reduction of the source accumulates slices along this non-last
+    /// axis, one per loop iteration, so each element keeps a max of its own.
+    Element {
+        /// The reduced axis.
+        axis: u32,
+    },
+}
+
+impl Stabilized {
+    fn new(accumulators: Vec<NodeId>, cover: Cover) -> Self {
+        Stabilized { accumulators, shares_max_with: None, stored_max: None, cover }
+    }
 }
 
 /// How a value depends on one source.
@@ -72,10 +100,17 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
     // Scaled partials stored with the same running max merge under one running max here.
     let mut first_with_max: BTreeMap<Binding, NodeId> = BTreeMap::new();
     for src in sources {
-        let (reds, unstabilizable) = linear_reductions(g, src, &ops);
+        let (reds, unstabilizable) = linear_reductions(g, src, level, &ops);
         if let Some(bad) = unstabilizable {
             return Err(PlanError::ExpReduction(bad));
         }
+        // One running max serves every reduction of a source, so they must agree on what it
+        // covers.
+        let cover = reds.first().map_or(Cover::Row, |r| r.1);
+        if let Some(other) = reds.iter().find(|r| r.1 != cover) {
+            return Err(PlanError::ExpReduction(other.0));
+        }
+        let reds: Vec<NodeId> = reds.into_iter().map(|r| r.0).collect();
         if reds.is_empty() {
             let stored = scaled_input(src).or_else(|| io.shifted_exps.get(&src).copied());
             let Some(stored) = stored else {
@@ -85,7 +120,7 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
                 }
                 return Err(PlanError::UnstabilizedExp(src));
             };
-            out.insert(src, Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: Some(stored) });
+            out.insert(src, Stabilized { stored_max: Some(stored), ..Stabilized::new(Vec::new(), Cover::Row) });
             continue;
         }
         let in_loop: Vec<NodeId> = reds.iter().copied().filter(|r| accs.contains(r)).collect();
@@ -98,16 +133,13 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
                 if let Some(st) = out.get_mut(&first) {
                     st.accumulators.extend(in_loop);
                 }
-                out.insert(
-                    src,
-                    Stabilized { accumulators: Vec::new(), shares_max_with: Some(first), stored_max: None },
-                );
+                out.insert(src, Stabilized { shares_max_with: Some(first), ..Stabilized::new(Vec::new(), cover) });
             }
             None => {
                 if let Some(b) = max_binding {
                     first_with_max.insert(b, src);
                 }
-                out.insert(src, Stabilized { accumulators: in_loop, shares_max_with: None, stored_max: None });
+                out.insert(src, Stabilized::new(in_loop, cover));
             }
         }
     }
@@ -173,9 +205,15 @@ fn underflow_harmless(g: &Graph, users: &[Vec<NodeId>], exp: NodeId) -> bool {
     true
 }
 
-/// The reductions of `ops` that consume `src` linearly, and the first reduction (if any) that
-/// consumes it in a way a running max per row cannot stabilize.
-fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Option<NodeId>) {
+/// The reductions of `ops` (the nodes of `level`) that consume `src` linearly, each with what
+/// its running max would cover, and the first reduction (if any) that consumes it in a way no
+/// running max stabilizes.
+fn linear_reductions(
+    g: &Graph,
+    src: NodeId,
+    level: &ItGraph,
+    ops: &[NodeId],
+) -> (Vec<(NodeId, Cover)>, Option<NodeId>) {
     use Dependence::{FromReduction, Independent, Linear, NonLinear};
     let mut state: BTreeMap<NodeId, Dependence> = BTreeMap::new();
     let mut reds = Vec::new();
@@ -194,13 +232,25 @@ fn linear_reductions(g: &Graph, src: NodeId, ops: &[NodeId]) -> (Vec<NodeId>, Op
             // A scaled partial input merges along any axis (the combine sums over the split);
             // an exp's running max covers a row, so its reductions must run along the last axis.
             let along_rows = |axis: u32| axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf();
-            let linear = match n.op {
-                Op::MatMul => a[0] == Linear && a[1] == Independent,
-                Op::Reduce(_, axis) => a[0] == Linear && along_rows(axis),
-                _ => false,
+            // An exp summed slice by slice along a non-last axis the loop walks, at the exp's
+            // own rank (so that the axis names the same tile axis on both).
+            let by_slices = |axis: u32| {
+                level.accumulates.contains(&id)
+                    && g.shape(n.args[0]).len() == g.shape(src).len()
+                    && level
+                        .tmaps
+                        .get(&n.args[0])
+                        .and_then(|tm| tm.axes.get(axis as usize))
+                        .is_some_and(|x| x.extent == 1)
             };
-            if linear {
-                reds.push(id);
+            let cover = match n.op {
+                Op::MatMul if a[0] == Linear && a[1] == Independent => Some(Cover::Row),
+                Op::Reduce(_, axis) if a[0] == Linear && along_rows(axis) => Some(Cover::Row),
+                Op::Reduce(_, axis) if a[0] == Linear && by_slices(axis) => Some(Cover::Element { axis }),
+                _ => None,
+            };
+            if let Some(cover) = cover {
+                reds.push((id, cover));
                 FromReduction
             } else if a.contains(&NonLinear) || a.contains(&Linear) {
                 bad.get_or_insert(id);
@@ -306,7 +356,7 @@ mod tests {
         let (g, top) = top_level("{ m: 64, l: 64 }", "{ s: \"f32[m, l]\" }", "y = log(sum(exp(s), axis=-1))");
         let stab = analyze(&g, &top, &KernelIo::default()).expect("stabilizable");
         let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
-        assert_eq!(stab[&exp], Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: None });
+        assert_eq!(stab[&exp], Stabilized::new(Vec::new(), Cover::Row));
     }
 
     #[test]
@@ -376,16 +426,63 @@ mod tests {
         }
     }
 
+    /// Every loop level of `g`'s schedules that accumulates some reduction, under each
+    /// configuration that has one.
+    fn loop_levels(g: &ValidGraph) -> Vec<ItGraph> {
+        configs(g)
+            .iter()
+            .filter_map(|cfg| schedule(g, cfg).ok())
+            .filter_map(|top| {
+                top.nodes.iter().find_map(|n| match n {
+                    ItNode::Inner(i) if !i.accumulates.is_empty() => Some(i.as_ref().clone()),
+                    _ => None,
+                })
+            })
+            .collect()
+    }
+
     #[test]
-    fn an_exp_reduced_along_a_non_last_axis_is_refused() {
-        // A running max covers a row; a column sum of exps is the fallback's.
-        let (g, inner) = loop_level(
+    fn an_exp_summed_slice_by_slice_gets_a_max_per_element() {
+        // A loop that walks the column axis one row at a time accumulates each element's
+        // column on its own: a running max per element stabilizes it, where a max per row
+        // would let one column's large values underflow another's sums.
+        let g = graph(
             "{ m: 64, n: 96 }",
             "{ x: \"f32[n, m]\", v: \"f32[n, m]\" }",
             "e = exp(x)\ny = transpose(sum(e * v, axis=0) / sum(e, axis=0))",
         );
-        let first_sum = node(&g, is_sum);
-        assert_eq!(analyze(&g, &inner, &KernelIo::default()), Err(PlanError::ExpReduction(first_sum)));
+        let exp = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+        let sums: Vec<NodeId> = g.ids().filter(|id| is_sum(&g.node(*id).op)).collect();
+        let levels = loop_levels(&g);
+        assert!(!levels.is_empty());
+        for inner in levels {
+            assert_eq!(inner.tmaps[&exp].axes[0].extent, 1, "the loop walks single rows");
+            let stab = analyze(&g, &inner, &KernelIo::default()).expect("stabilizable slice by slice");
+            let mut accs = stab[&exp].accumulators.clone();
+            accs.sort();
+            assert_eq!((accs, stab[&exp].cover), (sums.clone(), Cover::Element { axis: 0 }));
+        }
+    }
+
+    #[test]
+    fn an_exp_reduced_both_along_rows_and_slice_by_slice_is_refused() {
+        // One running max serves all of a source's reductions; a row and an element cannot
+        // share one.
+        let g = graph(
+            "{ m: 64, n: 96 }",
+            "{ x: \"f32[n, m]\" }",
+            "e = exp(x)\ny = transpose(sum(e, axis=0)) / sum(sum(e, axis=-1), axis=0)",
+        );
+        let mut seen = 0;
+        for inner in loop_levels(&g) {
+            let e = node(&g, |op| *op == Op::Unary(UnaryOp::Exp));
+            if inner.tmaps.get(&e).is_some_and(|tm| tm.axes[0].extent == 1) {
+                let got = analyze(&g, &inner, &KernelIo::default());
+                assert!(matches!(got, Err(PlanError::ExpReduction(_))), "{got:?}");
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "no level walks the rows one at a time");
     }
 
     #[test]
@@ -408,7 +505,7 @@ mod tests {
             ..KernelIo::default()
         };
         let stab = analyze(&g, &top, &io).expect("stabilizable");
-        let on_stored = Stabilized { accumulators: Vec::new(), shares_max_with: None, stored_max: Some(max) };
+        let on_stored = Stabilized { stored_max: Some(max), ..Stabilized::new(Vec::new(), Cover::Row) };
         assert_eq!((&stab[&exp], &stab[&s]), (&on_stored, &on_stored));
     }
 
@@ -426,7 +523,7 @@ mod tests {
         let (a, b) = (node(&g, |op| *op == Op::Input(0)), node(&g, |op| *op == Op::Input(1)));
         assert_eq!(
             stab[&b],
-            Stabilized { accumulators: Vec::new(), shares_max_with: Some(a), stored_max: None },
+            Stabilized { shares_max_with: Some(a), ..Stabilized::new(Vec::new(), Cover::Row) },
             "{stab:?}"
         );
         assert!(!stab[&a].accumulators.is_empty(), "the first partial's max rescales both sums");
