@@ -1788,3 +1788,34 @@ fn an_exp_summed_over_a_leading_axis_keeps_a_running_max_per_element() {
         }
     }
 }
+
+#[test]
+fn a_computed_right_operand_beside_a_conflicting_output_is_stored_for_its_product() {
+    // `s` wants blocks of whole columns and the products blocks of rows, so the outputs take
+    // kernels of their own. The outer product's right operand is computed, and a tile program
+    // reads a right operand only from memory: one kernel now stores it and the product's
+    // kernel reads it back. Such a graph had no launch of tile kernels and ran on the fallback.
+    let g = columns_kernel(
+        "n: { value: 64, dynamic: true }, d: 64",
+        "x: \"f32[n, d]\", w: \"f16[d, d]\"",
+        "s: \"f32[1, d]\", y: \"f32[d, d]\"",
+        "s = sum(x, axis=0)\n      y = matmul(w, matmul(transpose(x), x))",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let best = c.best();
+    assert!(best.kernels.iter().all(|k| k.tile().is_some()), "tile kernels only");
+    let reads_stored_operand = |k: &TileKernel| {
+        let body = flatten(&k.body);
+        body.iter().any(|s| match s {
+            Stmt::Mma { b, .. } => body.iter().any(|l| {
+                matches!(l, Stmt::Load { dst, param, .. }
+                    if *dst == b.buf && k.params[param.0 as usize].name.starts_with("ws"))
+            }),
+            _ => false,
+        })
+    };
+    assert!(best.kernels.iter().filter_map(|k| k.tile()).any(reads_stored_operand), "a right operand read back");
+    for (seed, extent) in [(51, 64), (52, 37)] {
+        every_launch_within_tolerance(&g, &c, &bound(&g, "n", extent), seed, 3.0, 6.0);
+    }
+}

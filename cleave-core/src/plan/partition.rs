@@ -421,15 +421,18 @@ pub fn beyond_cut(g: &ValidGraph, group: &[NodeId], cut: NodeId) -> Vec<NodeId> 
 /// This is the launch of a graph whose outputs cannot share one block's tiles (a sum down
 /// the columns of the tensor whose rows another output normalizes), or whose one output needs
 /// a value stored between two kernels (a sum down the columns of a softmax along the
-/// rows). `None` for a graph with a split or a computed right operand, whose kernels
-/// [`partition`] orders, or with more groups than a [`Part`] counts.
+/// rows). `None` for a graph with a split, or with a computed right operand of a product
+/// that is not `stored` (the tile programs read a right operand only from memory; [`partition`]
+/// orders such kernels), or with more groups than a [`Part`] counts.
 pub fn grouped(
     g: &ValidGraph,
     groups: &[(Vec<NodeId>, bool)],
     stored: &[NodeId],
 ) -> Option<Result<Partition, PartitionError>> {
+    // A product's computed right operand is read from a workspace an earlier kernel stored
+    // (the tile programs take a right operand only from memory), or there is no such launch.
     let live = g.live();
-    if g.has_split() || computed_right_operands(g, &live).contains(&true) || groups.len() > 200 {
+    if g.has_split() || right_operand_roots(g, &live).iter().any(|b| !stored.contains(b)) || groups.len() > 200 {
         return None;
     }
     let mut part = vec![Part::Unused; g.nodes.len()];
@@ -503,17 +506,7 @@ fn order(p: Part) -> u8 {
 /// cross a split (its parts' count is chosen with the split kernel's grid).
 pub(super) fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool> {
     let mut pre = vec![false; g.nodes.len()];
-    for id in g.ids() {
-        if !live[id.index()] || g.node(id).op != Op::MatMul {
-            continue;
-        }
-        let mut b = g.node(id).args[1];
-        while g.node(b).op == Op::Transpose {
-            b = g.node(b).args[0];
-        }
-        if g.node(b).op.is_leaf() {
-            continue;
-        }
+    for b in right_operand_roots(g, live) {
         // The operand and every non-leaf node it depends on.
         let nodes = cone(g, b);
         let crosses_split = nodes.iter().any(|&x| matches!(g.node(x).op, Op::Split(_)));
@@ -526,6 +519,24 @@ pub(super) fn computed_right_operands(g: &ValidGraph, live: &[bool]) -> Vec<bool
         }
     }
     pre
+}
+
+/// Each live product's right operand that is computed, seen through views (a transpose).
+fn right_operand_roots(g: &ValidGraph, live: &[bool]) -> Vec<NodeId> {
+    let mut roots = Vec::new();
+    for id in g.ids() {
+        if !live[id.index()] || g.node(id).op != Op::MatMul {
+            continue;
+        }
+        let mut b = g.node(id).args[1];
+        while g.node(b).op == Op::Transpose {
+            b = g.node(b).args[0];
+        }
+        if !g.node(b).op.is_leaf() && !roots.contains(&b) {
+            roots.push(b);
+        }
+    }
+    roots
 }
 
 /// The type a first kernel stores value `id` in: that in which the tensor cores take it
