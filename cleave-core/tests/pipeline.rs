@@ -1374,21 +1374,35 @@ fn a_softmax_down_a_few_long_columns_splits_each_column_across_blocks() {
     assert!(unsplit > 4.0 * c.ranked[0].candidate.seconds, "{unsplit} against {}", c.ranked[0].candidate.seconds);
     // Several chunk counts over columns they leave ragged, with exponents far past f32's
     // range; one row, where every chunk but the first is empty.
-    let count = l.dims().find("s_n").expect("the split count");
     for (n, parts, seed) in [(5001, 8, 21), (777, 3, 22), (1, 5, 23), (64, 32, 24)] {
-        let mut b = Bindings::of_table(&g.dims);
-        b.values[g.dims.find("n").expect("n").index()] = n;
-        let inputs = random_inputs(&g, &b, seed, &InputScale { default: 60.0, per_input: Vec::new() });
-        let want = eval(&g, &b, &inputs).expect("reference");
-        let mut lb = Bindings::of_table(l.dims());
-        lb.values[..b.values.len()].copy_from_slice(&b.values);
-        lb.values[count.index()] = parts;
-        lb.complete(l.dims());
-        let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
-        let exp_arg = inputs[0].data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let e = max_rel_err(&got[0].data, &want[0].data);
-        assert!(e < tolerance(&g, &b, exp_arg), "{n} rows in {parts} chunks: {e}");
+        let (e, tol) = split_error(&g, l, ("n", n), ("s_n", parts), seed, 60.0);
+        assert!(e < tol, "{n} rows in {parts} chunks: {e}");
     }
+}
+
+/// The interpreter's largest relative error on the first output of launch `l` of `g`, with
+/// dynamic dim `dim.0` at `dim.1` and split count `count.0` at `count.1`, on inputs of `seed`
+/// at `scale`; and the tolerance for exp arguments as large as the first input's largest
+/// magnitude.
+fn split_error(
+    g: &cleave_core::graph::ValidGraph,
+    l: &Launch,
+    dim: (&str, u64),
+    count: (&str, u64),
+    seed: u64,
+    scale: f64,
+) -> (f64, f64) {
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find(dim.0).expect("the dim").index()] = dim.1;
+    let inputs = random_inputs(g, &b, seed, &InputScale { default: scale, per_input: Vec::new() });
+    let want = eval(g, &b, &inputs).expect("reference");
+    let mut lb = Bindings::of_table(l.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.values[l.dims().find(count.0).expect("the split count").index()] = count.1;
+    lb.complete(l.dims());
+    let got = interp::run(l, &lb, &inputs, 3).expect("interpreter");
+    let exp_arg = inputs[0].data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    (max_rel_err(&got[0].data, &want[0].data), tolerance(g, &b, exp_arg))
 }
 
 /// Runs every ranked launch of `c` in the interpreter at `b` on inputs of `seed` and `scale`,
@@ -1817,5 +1831,54 @@ fn a_computed_right_operand_beside_a_conflicting_output_is_stored_for_its_produc
     assert!(best.kernels.iter().filter_map(|k| k.tile()).any(reads_stored_operand), "a right operand read back");
     for (seed, extent) in [(51, 64), (52, 37)] {
         every_launch_within_tolerance(&g, &c, &bound(&g, "n", extent), seed, 3.0, 6.0);
+    }
+}
+
+#[test]
+fn an_exp_summed_over_a_long_leading_axis_is_split_with_a_max_stored_per_element() {
+    // 4096 slices of 16 × 32: blocks of 16 rows would leave all but one SM idle, so the sum
+    // is split over chunks of the leading axis. Each chunk's sums are scaled by its running
+    // max per element, stored whole beside them (a max per row would let one element underflow
+    // another), and the combine merges the chunks element by element.
+    let dims = "b: { value: 4096, dynamic: true }, c: 16, a: 32";
+    let cases = [
+        (dims, "x: \"f32[b, c, a]\"", "y: \"f32[1, c, a]\"", "y = log(sum(exp(x), axis=0))"),
+        (
+            dims,
+            "x: \"f32[b, c, a]\", v: \"f16[b, c, a]\"",
+            "y: \"f32[1, c, a]\"",
+            "y = sum(exp(x) * v, axis=0) / sum(exp(x), axis=0)",
+        ),
+        // Tiles of one column of a last axis of 8 (the leading `a` offers that tile to both):
+        // a max per element is then one value per block row, and still stored per element.
+        (
+            "b: { value: 4096, dynamic: true }, a: 8, c: 16",
+            "x: \"f32[b, a, c, a]\"",
+            "y: \"f32[1, a, c, a]\"",
+            "y = log(sum(exp(x), axis=0))",
+        ),
+    ];
+    for (dims, inputs, outputs, body) in cases {
+        let g = columns_kernel(dims, inputs, outputs, body);
+        let c = compile(&g, &Options::default()).expect("compiles");
+        assert!(!c.ranked[0].splits.is_empty(), "{body}: split along the leading axis");
+        let a = g.dims.find("a").expect("a");
+        let mut split = 0;
+        for r in c.ranked.iter().filter(|r| !r.splits.is_empty()) {
+            let l = &r.candidate.launch;
+            let tiles: Vec<&TileKernel> = l.kernels.iter().filter_map(|k| k.tile()).collect();
+            let max = tiles.first().and_then(|k| k.params.iter().find(|p| p.name == "partial_max"));
+            if let Some(max) = max {
+                assert_eq!(max.shape.last(), Some(&Some(a)), "{body}: one max per element");
+                split += 1;
+            }
+            // Several chunk counts, ragged ones and empty chunks among them, at exponents far
+            // past f32's range.
+            for (n, parts, seed) in [(4096, 8, 31), (1001, 7, 32), (5, 5, 33), (2, 4, 34)] {
+                let (e, tol) = split_error(&g, l, ("b", n), ("s_b", parts), seed, 60.0);
+                assert!(e < tol, "{body}: {n} slices in {parts} chunks: {e}");
+            }
+        }
+        assert!(split > 0, "{body}: a split kernel stores its max");
     }
 }

@@ -2093,7 +2093,10 @@ impl Gen<'_> {
         self.open_cols(cols);
         let v = self.expr(expr);
         let ptr = self.tile_ptr(st, "row", "col");
-        self.line(&format!("cleave::st_shared<{t}>({ptr}, cleave::from_float<{t}>({v}));"));
+        // A fragment spans 8 columns: of a narrower tile (4 f32 columns make one 16-byte row)
+        // the rest lie past the row, on the next row's elements.
+        let guard = if cols % 8 == 0 { String::new() } else { format!("if (col < {cols}) ") };
+        self.line(&format!("{guard}cleave::st_shared<{t}>({ptr}, cleave::from_float<{t}>({v}));"));
         self.close();
         self.close();
         self.line("__syncthreads();");

@@ -148,10 +148,6 @@ pub enum PlanError {
     /// elements are on different scales.
     #[error("node %{} combines elements that a running max per element keeps on different scales", .0.0)]
     ElementScalesCombined(NodeId),
-    /// A split partial scaled by a running max per element: a partial's max is stored one per
-    /// row, which cannot hold it.
-    #[error("a split partial scaled by a running max per element, which a max stored per row cannot hold")]
-    ElementMaxStored,
     /// Split partials stored against different running maxima.
     #[error("partials scaled by different running maxima")]
     PartialsOnDifferentMaxima,

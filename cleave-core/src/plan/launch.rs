@@ -171,6 +171,9 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
             continue;
         }
         let max = Binding::Workspace(next_workspace);
+        if planned.max_per_element {
+            io.element_maxima.insert(max);
+        }
         for &o in &planned.scaled_outputs {
             let stored = part.kernels[j].outputs[o];
             if let Some(i) = kg.inputs.iter().position(|x| *x == stored) {
@@ -183,8 +186,10 @@ pub fn kernel_io(part: &Partition, k: usize, earlier: &[&Planned]) -> KernelIo {
         // its own, on a max of its own.
         let earlier_graph = &part.kernels[j];
         let reads_max = io.scaled_inputs.values().any(|&b| b == max);
+        // A max per element shifts no exp of a later kernel: those are shifted per row.
+        let shifts = reads_max && !planned.max_per_element;
         if let Some(src) =
-            planned.max_source.filter(|s| reads_max && earlier_graph.graph.node(*s).op == Op::Unary(UnaryOp::Exp))
+            planned.max_source.filter(|s| shifts && earlier_graph.graph.node(*s).op == Op::Unary(UnaryOp::Exp))
         {
             let class = part.same_elements[earlier_graph.origin[src.index()].index()];
             for id in kg.graph.ids().filter(|id| part.same_elements[kg.origin[id.index()].index()] == class) {

@@ -54,6 +54,10 @@ pub struct KernelIo {
     pub scaled_inputs: BTreeMap<usize, Binding>,
     /// Where a split kernel stores the running max of its scaled partials, if it has any.
     pub max_output: Option<Binding>,
+    /// The running maxima of [`scaled_inputs`](Self::scaled_inputs) stored one per element
+    /// (shaped like their partials) rather than one per row: the maxima of exps summed
+    /// slice by slice ([`stabilize::Cover::Element`]).
+    pub element_maxima: BTreeSet<Binding>,
     /// Exps an earlier kernel stabilized and stored the running max of, by node of this
     /// kernel's graph: the binding of that max. Where such an exp reaches no reduction, it is
     /// computed against that max.
@@ -83,11 +87,20 @@ pub struct Planned {
     pub scaled_outputs: Vec<usize>,
     /// The shape of the stored running max, when there is one.
     pub max_shape: Option<Vec<Dim>>,
+    /// The stored running max holds one value per element of the partials, not per row.
+    pub max_per_element: bool,
     /// The node of this kernel's graph whose running max is stored: an exp, or the first
     /// scaled partial input of a merge.
     pub max_source: Option<NodeId>,
     /// Estimated registers per thread.
     pub registers: u64,
+}
+
+/// What a kernel's stores leave for the next kernel: the fields of [`Planned`] they decide.
+struct Stores {
+    scaled_outputs: Vec<usize>,
+    max_shape: Option<Vec<Dim>>,
+    max_per_element: bool,
 }
 
 /// The lowered value of a graph node.
@@ -140,6 +153,8 @@ struct Lowerer<'a> {
     /// The max an earlier kernel stored, by its binding, once read: what the sources it
     /// shifts share.
     stored_shift: BTreeMap<Binding, BufId>,
+    /// Running maxima kept per element ([`stabilize::Cover::Element`]).
+    element_maxima: BTreeSet<BufId>,
     /// Register buffers of this loop level holding an exp, or a product or quotient with an
     /// exp factor, with their log taken through it: a log of them takes that rather than the
     /// log of a value that may have underflowed.
@@ -176,6 +191,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         partial_max_tile: BTreeMap::new(),
         max_source_of: BTreeMap::new(),
         stored_shift: BTreeMap::new(),
+        element_maxima: BTreeSet::new(),
         log_regs: BTreeMap::new(),
         loop_state: BTreeMap::new(),
     };
@@ -184,7 +200,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
     let mut body = Vec::new();
     let stab = stabilize::analyze(g, it, io)?;
     lowerer.level(it, &stab, &mut body)?;
-    let (scaled_outputs, max_shape) = lowerer.stores(it, primary, &mut body)?;
+    let Stores { scaled_outputs, max_shape, max_per_element } = lowerer.stores(it, primary, &mut body)?;
     let max_source = lowerer.stored_max.and_then(|m| lowerer.max_source_of.get(&m).copied());
 
     let mut warps = lowerer.warps(cfg, &body);
@@ -235,7 +251,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         names: it.iter_names(),
     };
     super::cost::order_grid(&mut kernel, &g.dims);
-    Ok(Planned { kernel, scaled_outputs, max_shape, max_source, registers })
+    Ok(Planned { kernel, scaled_outputs, max_shape, max_per_element, max_source, registers })
 }
 
 impl Lowerer<'_> {
@@ -249,7 +265,7 @@ impl Lowerer<'_> {
             self.set_layout(b, input.decl.layout.clone());
             if let Some(mb) = self.io.scaled_inputs.get(&i) {
                 let mut shape = input.decl.shape.clone();
-                if let Some(last) = shape.last_mut() {
+                if let Some(last) = shape.last_mut().filter(|_| !self.io.element_maxima.contains(mb)) {
                     *last = Dim::One;
                 }
                 self.param(*mb, &format!("{}_max", input.decl.name), DType::F32, &shape, false);
@@ -316,13 +332,8 @@ impl Lowerer<'_> {
     }
 
     /// The stores of the kernel's outputs (and of the running max its scaled partials share);
-    /// returns the scaled outputs and the shape of the stored max.
-    fn stores(
-        &mut self,
-        it: &ItGraph,
-        primary: NodeId,
-        body: &mut Vec<Stmt>,
-    ) -> Result<(Vec<usize>, Option<Vec<Dim>>), PlanError> {
+    /// returns what they leave for the next kernel ([`Stores`]).
+    fn stores(&mut self, it: &ItGraph, primary: NodeId, body: &mut Vec<Stmt>) -> Result<Stores, PlanError> {
         let g = self.g;
         let mut scaled_outputs = Vec::new();
         for (o, out) in g.outputs.iter().enumerate() {
@@ -342,10 +353,6 @@ impl Lowerer<'_> {
             };
             let expr = match (scale, self.io.outputs[o]) {
                 (Some(s), Binding::Workspace(_)) if s.degree == 1 && self.io.max_output.is_some() => {
-                    // A partial's max is stored one per row, and a max per element has more.
-                    if self.bufs[s.m.0 as usize].kind != BufKind::Rows {
-                        return Err(PlanError::ElementMaxStored);
-                    }
                     match self.stored_max {
                         Some(m) if m != s.m => return Err(PlanError::PartialsOnDifferentMaxima),
                         _ => self.stored_max = Some(s.m),
@@ -374,20 +381,30 @@ impl Lowerer<'_> {
             body.push(Stmt::Store { param, expr, cols, tmap, staging, trans });
         }
         let mut max_shape = None;
+        let mut per_element = false;
         if let (Some(m), Some(mb)) = (self.stored_max, self.io.max_output) {
+            // A max per row is stored as one column; a max per element (a register tile like
+            // the partials it scales) is stored whole, shaped like them.
+            per_element = self.element_maxima.contains(&m);
+            let cols = match self.bufs[m.0 as usize].kind {
+                BufKind::Frag { cols, .. } => cols,
+                _ => 1,
+            };
             let mut tmap = it.tmaps.get(&primary).cloned().ok_or(PlanError::OutputWithoutTile(primary))?;
-            if let Some(last) = tmap.axes.last_mut() {
-                *last = AxisRange::unit();
-            }
             let mut shape = g.shape(primary).to_vec();
-            if let Some(last) = shape.last_mut() {
-                *last = Dim::One;
+            if !per_element {
+                if let Some(last) = tmap.axes.last_mut() {
+                    *last = AxisRange::unit();
+                }
+                if let Some(last) = shape.last_mut() {
+                    *last = Dim::One;
+                }
             }
             let param = self.param(mb, "partial_max", DType::F32, &shape, true);
-            body.push(Stmt::Store { param, expr: Expr::reg(m), cols: 1, tmap, staging: None, trans: false });
+            body.push(Stmt::Store { param, expr: Expr::reg(m), cols, tmap, staging: None, trans: false });
             max_shape = Some(shape);
         }
-        Ok((scaled_outputs, max_shape))
+        Ok(Stores { scaled_outputs, max_shape, max_per_element: per_element })
     }
 
     fn param(&mut self, b: Binding, name: &str, dtype: DType, shape: &[Dim], output: bool) -> ParamId {

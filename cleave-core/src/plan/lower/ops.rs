@@ -266,14 +266,13 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// Whether `id`'s value is scaled by a running max per element ([`Cover::Element`] over
-    /// more than one column).
+    /// Whether `id`'s value is scaled by a running max per element ([`Cover::Element`]).
     ///
     /// [`Cover::Element`]: super::stabilize::Cover::Element
     fn scaled_per_element(&self, id: NodeId) -> bool {
         match self.values.get(&id) {
             Some(Value::Reg { scale: Some(Scale { m, degree }), .. }) => {
-                *degree != 0 && self.bufs[m.0 as usize].kind != BufKind::Rows
+                *degree != 0 && self.element_maxima.contains(m)
             }
             _ => false,
         }

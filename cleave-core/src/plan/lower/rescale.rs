@@ -43,6 +43,9 @@ impl Lowerer<'_> {
                 }
             };
             let m = self.buf(format!("t{}_m", src.0), kind);
+            if matches!(st.cover, Cover::Element { .. }) {
+                self.element_maxima.insert(m);
+            }
             body.push(Stmt::Assign { dst: m, expr: Expr::constant(f64::NEG_INFINITY) });
             self.running_max.insert(*src, m);
             for a in &st.accumulators {
@@ -148,14 +151,14 @@ impl Lowerer<'_> {
             // The earlier partial already folded this iteration's max in; reuse its tile.
             Some(first) => (self.running_max[&first], self.partial_max_tile[&first]),
             None => {
+                // A max per row is one column; a max per element is shaped like the partial.
                 let mut mtm = tm.clone();
-                if let Some(last) = mtm.axes.last_mut() {
+                if let (Some(last), Cover::Row) = (mtm.axes.last_mut(), st.cover) {
                     *last = AxisRange::unit();
                 }
-                let mbuf = self.buf(
-                    format!("{}_max", self.name_of(id)),
-                    BufKind::Smem { dtype: DType::F32, rows: tile_2d(&mtm).0, cols: 1 },
-                );
+                let (rows, cols) = tile_2d(&mtm);
+                let mbuf =
+                    self.buf(format!("{}_max", self.name_of(id)), BufKind::Smem { dtype: DType::F32, rows, cols });
                 let param = self.param_of[&max_binding];
                 body.push(Stmt::Load { dst: mbuf, param, tmap: mtm, trans: false });
                 self.partial_max_tile.insert(id, mbuf);

@@ -33,7 +33,7 @@ impl Lowerer<'_> {
     /// accumulator is not a plain register value or its scale is not one of those maxima.
     pub(super) fn carried_state(&self, inner: &ItGraph, started: &[BufId]) -> Option<Vec<(BufId, MergeOp)>> {
         // The merge combines maxima one per row; a max per element does not merge that way.
-        if started.iter().any(|m| self.bufs[m.0 as usize].kind != BufKind::Rows) {
+        if started.iter().any(|m| self.element_maxima.contains(m)) {
             return None;
         }
         let mut parts: Vec<(BufId, MergeOp)> = started.iter().map(|&m| (m, MergeOp::Max)).collect();

@@ -100,7 +100,9 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
     // Scaled partials stored with the same running max merge under one running max here.
     let mut first_with_max: BTreeMap<Binding, NodeId> = BTreeMap::new();
     for src in sources {
-        let (reds, unstabilizable) = linear_reductions(g, src, level, &ops);
+        // A scaled partial whose max was stored per element merges slice by slice too.
+        let per_element_input = scaled_input(src).is_some_and(|b| io.element_maxima.contains(&b));
+        let (reds, unstabilizable) = linear_reductions(g, src, per_element_input, level, &ops);
         if let Some(bad) = unstabilizable {
             return Err(PlanError::ExpReduction(bad));
         }
@@ -112,6 +114,10 @@ pub fn analyze(g: &Graph, level: &ItGraph, io: &KernelIo) -> Result<BTreeMap<Nod
         }
         let reds: Vec<NodeId> = reds.into_iter().map(|r| r.0).collect();
         if reds.is_empty() {
+            // Read as stored, on its own max, a partial would need its max per row.
+            if per_element_input {
+                return Err(PlanError::UnreducedScaledPartial);
+            }
             let stored = scaled_input(src).or_else(|| io.shifted_exps.get(&src).copied());
             let Some(stored) = stored else {
                 if io.bounded_exps.contains(&src) {
@@ -207,10 +213,12 @@ fn underflow_harmless(g: &Graph, users: &[Vec<NodeId>], exp: NodeId) -> bool {
 
 /// The reductions of `ops` (the nodes of `level`) that consume `src` linearly, each with what
 /// its running max would cover, and the first reduction (if any) that consumes it in a way no
-/// running max stabilizes.
+/// running max stabilizes. `per_element_input`: `src` is a scaled partial whose max was stored
+/// per element, which only slice-by-slice reductions merge.
 fn linear_reductions(
     g: &Graph,
     src: NodeId,
+    per_element_input: bool,
     level: &ItGraph,
     ops: &[NodeId],
 ) -> (Vec<(NodeId, Cover)>, Option<NodeId>) {
@@ -231,9 +239,12 @@ fn linear_reductions(
             // the left operand.
             // A scaled partial input merges along any axis (the combine sums over the split);
             // an exp's running max covers a row, so its reductions must run along the last axis.
-            let along_rows = |axis: u32| axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf();
-            // An exp summed slice by slice along a non-last axis the loop walks, at the exp's
-            // own rank (so that the axis names the same tile axis on both).
+            let along_rows = |axis: u32| {
+                !per_element_input && (axis as usize + 1 == g.shape(n.args[0]).len() || g.node(src).op.is_leaf())
+            };
+            // An exp (or a partial stored with a max per element) summed slice by slice along a
+            // non-last axis the loop walks, at the source's own rank (so that the axis names
+            // the same tile axis on both).
             let by_slices = |axis: u32| {
                 level.accumulates.contains(&id)
                     && g.shape(n.args[0]).len() == g.shape(src).len()
