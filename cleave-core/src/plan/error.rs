@@ -148,6 +148,10 @@ pub enum PlanError {
     /// elements are on different scales.
     #[error("node %{} combines elements that a running max per element keeps on different scales", .0.0)]
     ElementScalesCombined(NodeId),
+    /// A running max per element whose split partials differ in shape or are stored
+    /// transposed: the max is stored at its partials' layout, and they have no one layout.
+    #[error("a running max per element stored beside partials of different layouts")]
+    ElementMaxLayout,
     /// Split partials stored against different running maxima.
     #[error("partials scaled by different running maxima")]
     PartialsOnDifferentMaxima,

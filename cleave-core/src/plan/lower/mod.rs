@@ -390,8 +390,20 @@ impl Lowerer<'_> {
                 BufKind::Frag { cols, .. } => cols,
                 _ => 1,
             };
-            let mut tmap = it.tmaps.get(&primary).cloned().ok_or(PlanError::OutputWithoutTile(primary))?;
-            let mut shape = g.shape(primary).to_vec();
+            // A max per element takes the layout of the partials it scales, which the combine
+            // reads it at; they must share one, stored as computed (not transposed).
+            let node = if per_element {
+                let nodes: Vec<NodeId> = scaled_outputs.iter().map(|&o| g.outputs[o].node).collect();
+                let first = *nodes.first().ok_or(PlanError::ElementMaxLayout)?;
+                if nodes.iter().any(|&n| g.shape(n) != g.shape(first) || transposed_output(g, n)) {
+                    return Err(PlanError::ElementMaxLayout);
+                }
+                first
+            } else {
+                primary
+            };
+            let mut tmap = it.tmaps.get(&node).cloned().ok_or(PlanError::OutputWithoutTile(node))?;
+            let mut shape = g.shape(node).to_vec();
             if !per_element {
                 if let Some(last) = tmap.axes.last_mut() {
                     *last = AxisRange::unit();

@@ -255,7 +255,7 @@ fn linear_reductions(
                         .is_some_and(|x| x.extent == 1)
             };
             let cover = match n.op {
-                Op::MatMul if a[0] == Linear && a[1] == Independent => Some(Cover::Row),
+                Op::MatMul if a[0] == Linear && a[1] == Independent && !per_element_input => Some(Cover::Row),
                 Op::Reduce(_, axis) if a[0] == Linear && along_rows(axis) => Some(Cover::Row),
                 Op::Reduce(_, axis) if a[0] == Linear && by_slices(axis) => Some(Cover::Element { axis }),
                 _ => None,
