@@ -1895,3 +1895,59 @@ fn an_exp_summed_over_a_long_leading_axis_is_split_with_a_max_stored_per_element
         assert!(split > 0, "{body}: a split kernel stores its max");
     }
 }
+
+#[test]
+fn the_interpreter_addresses_a_workspace_by_the_shape_each_kernel_declares_for_it() {
+    // Generated code computes a parameter's strides from the parameter's own shape, so two
+    // kernels that disagree on a workspace's shape read each other's values at the wrong
+    // places. The interpreter must see that as a device would: a combine reading the stored
+    // maxima at another shape of the same size gives wrong sums, and one of another size is
+    // refused before anything runs.
+    let g = columns_kernel(
+        "b: { value: 4096, dynamic: true }, c: 16, a: 32",
+        "x: \"f32[b, c, a]\"",
+        "y: \"f32[1, c, a]\"",
+        "y = log(sum(exp(x), axis=0))",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    let l = &c.ranked.iter().find(|r| !r.splits.is_empty()).expect("a split launch").candidate.launch;
+    let (e, tol) = split_error(&g, l, ("b", 1001), ("s_b", 7), 41, 60.0);
+    assert!(e < tol, "as planned: {e}");
+    let reshaped = |f: &dyn Fn(&mut Vec<Option<cleave_core::graph::DimVar>>)| {
+        let mut l = l.clone();
+        let combine = l.kernels.iter_mut().rev().find_map(|k| match k {
+            Kernel::Tile(t) => Some(t),
+            Kernel::Stage(_) => None,
+        });
+        let read = combine
+            .expect("a tile combine")
+            .params
+            .iter_mut()
+            .find(|p| !p.output && p.name.ends_with("_max"))
+            .expect("the combine reads the maxima");
+        f(&mut read.shape);
+        l
+    };
+    // The same elements in another order: `[s, c, a]` read as `[s, a, c]`.
+    let swapped = reshaped(&|shape| {
+        let n = shape.len();
+        shape.swap(n - 1, n - 2);
+    });
+    let (e, tol) = split_error(&g, &swapped, ("b", 1001), ("s_b", 7), 41, 60.0);
+    assert!(e > tol, "the maxima read transposed must be wrong: {e}");
+    // Fewer elements than the workspace holds.
+    let short = reshaped(&|shape| {
+        let n = shape.len();
+        shape[n - 1] = None;
+    });
+    let mut b = Bindings::of_table(&g.dims);
+    b.values[g.dims.find("b").expect("b").index()] = 1001;
+    let inputs = random_inputs(&g, &b, 41, &InputScale { default: 1.0, per_input: Vec::new() });
+    let mut lb = Bindings::of_table(short.dims());
+    lb.values[..b.values.len()].copy_from_slice(&b.values);
+    lb.values[short.dims().find("s_b").expect("the split count").index()] = 7;
+    lb.complete(short.dims());
+    let err = interp::run(&short, &lb, &inputs, 3).expect_err("a parameter smaller than its workspace");
+    assert!(matches!(err, interp::InterpError::ParamShape { .. }), "{err}");
+    assert!(err.to_string().contains("_max"), "{err}");
+}

@@ -3,7 +3,8 @@
 //! It runs a [`Launch`] on the CPU block by block, in a shuffled block order, with the same
 //! arithmetic the generated kernels use: f32 values and accumulation, inputs exactly as
 //! stored, left MMA operands from registers rounded to the MMA input type, outputs rounded to
-//! their dtype, and partial tiles predicated by their limits. Comparing it with the f64
+//! their dtype, partial tiles predicated by their limits, and each tensor addressed by the shape
+//! its kernel's parameter declares, as the generated code addresses it. Comparing it with the f64
 //! reference checks the schedule, the tile maps, the predication and the stabilization without
 //! any code generation involved.
 
@@ -24,6 +25,20 @@ pub enum InterpError {
     /// Wrong inputs.
     #[error("{0}")]
     Inputs(String),
+    /// A kernel's parameter does not describe the buffer it is bound to: the generated code
+    /// addresses a buffer by its parameter's shape, so such a launch would read or write the
+    /// wrong elements.
+    #[error("kernel `{kernel}`: parameter `{param}` has shape {param_shape:?}, but it is bound to a buffer of {elements} elements")]
+    ParamShape {
+        /// The kernel.
+        kernel: String,
+        /// The parameter.
+        param: String,
+        /// Its shape at these extents.
+        param_shape: Vec<usize>,
+        /// The bound buffer's element count.
+        elements: usize,
+    },
 }
 
 /// Runs a launch on inputs (in graph input order) at the given extents; returns the outputs.
@@ -65,7 +80,7 @@ pub fn run(launch: &Launch, bindings: &Bindings, inputs: &[Tensor], seed: u64) -
     let mut rng = Rng::new(seed);
     for k in &launch.kernels {
         match k {
-            Kernel::Tile(t) => run_kernel(t, bindings, &mut globals, &mut rng),
+            Kernel::Tile(t) => run_kernel(t, bindings, &mut globals, &mut rng)?,
             Kernel::Stage(s) => run_stage(s, bindings, &mut globals, &mut extended),
         }
     }
@@ -119,9 +134,46 @@ struct Block<'a> {
     /// others (padding, the ragged end of an axis) are never computed: their results could only
     /// be discarded by the stores' predication.
     live: Vec<usize>,
+    /// Each parameter's shape, which addresses it ([`param_shapes`]).
+    shapes: &'a [Vec<usize>],
 }
 
-fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>, rng: &mut Rng) {
+/// Each parameter's shape at these extents. The generated code computes a parameter's strides
+/// from this shape, not from the buffer it is bound to, so the interpreter addresses by it too:
+/// two kernels that see one workspace at different shapes then disagree here as they would on
+/// a device. A parameter whose element count differs from its buffer's is refused outright.
+fn param_shapes(
+    k: &TileKernel,
+    dims: &Bindings,
+    globals: &BTreeMap<Binding, (Vec<usize>, Vec<f32>)>,
+) -> Result<Vec<Vec<usize>>, InterpError> {
+    k.params
+        .iter()
+        .map(|p| {
+            let shape: Vec<usize> = p.shape.iter().map(|d| d.map_or(1, |v| dims.values[v.index()] as usize)).collect();
+            let elements = globals[&p.binding].1.len();
+            // A paged or ragged layout stores its tensor in another shape; only dense
+            // parameters are compared.
+            if p.layout.is_none() && !p.is_scalar() && shape.iter().product::<usize>() != elements {
+                return Err(InterpError::ParamShape {
+                    kernel: k.symbol.clone(),
+                    param: p.name.clone(),
+                    param_shape: shape,
+                    elements,
+                });
+            }
+            Ok(if p.layout.is_none() { shape } else { globals[&p.binding].0.clone() })
+        })
+        .collect()
+}
+
+fn run_kernel(
+    k: &TileKernel,
+    dims: &Bindings,
+    globals: &mut BTreeMap<Binding, (Vec<usize>, Vec<f32>)>,
+    rng: &mut Rng,
+) -> Result<(), InterpError> {
+    let shapes = param_shapes(k, dims, globals)?;
     let counts: Vec<u64> = k.grid.iter().map(|a| (dims.values[a.dim.index()]).div_ceil(a.tile)).collect();
     let total: u64 = counts.iter().product();
     let mut order: Vec<u64> = (0..total).collect();
@@ -141,7 +193,8 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
             .iter()
             .map(|p| if p.is_scalar() { globals[&p.binding].1.first().copied().unwrap_or(f32::NAN) } else { f32::NAN })
             .collect();
-        let mut b = Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], scalars, live: Vec::new() };
+        let mut b =
+            Block { k, dims, iters, regs: vec![Vec::new(); k.bufs.len()], scalars, live: Vec::new(), shapes: &shapes };
         // A row is live when any store writes it: outputs of one block can cover different
         // rows (a scalar next to a row tile).
         let mut stores = Vec::new();
@@ -152,7 +205,7 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
             (0..k.rows)
                 .filter(|r| {
                     stores.iter().any(|(p, tm, trans)| {
-                        let shape = &globals[&k.params[*p].binding].0;
+                        let shape = &shapes[*p];
                         // A transposed store writes the block's row `r` to the tile's column `r`.
                         let at = if *trans { b.address(tm, shape, 0, *r) } else { b.address(tm, shape, *r, 0) };
                         at.is_some()
@@ -170,6 +223,7 @@ fn run_kernel(k: &TileKernel, dims: &Bindings, globals: &mut BTreeMap<Binding, (
         }
         b.exec(&k.body, globals);
     }
+    Ok(())
 }
 
 /// Every store of a body, loops included.
@@ -334,7 +388,8 @@ impl Block<'_> {
             match s {
                 Stmt::Load { dst, param, tmap, trans } => {
                     let p: &Param = &self.k.params[param.0 as usize];
-                    let (shape, data) = &globals[&p.binding];
+                    let shape = &self.shapes[param.0 as usize];
+                    let data = &globals[&p.binding].1;
                     let b = dst.0 as usize;
                     let BufKind::Smem { rows: tr, cols: tc, .. } = self.k.bufs[b].kind else { unreachable!() };
                     let mut tile = vec![0.0f32; (tr * tc) as usize];
@@ -470,7 +525,7 @@ impl Block<'_> {
                     let p = self.k.params[param.0 as usize].clone();
                     let mut writes = Vec::new();
                     {
-                        let (shape, _) = &globals[&p.binding];
+                        let shape = &self.shapes[param.0 as usize];
                         for &r in &self.live {
                             let r = r as u64;
                             for c in 0..*cols {
