@@ -77,7 +77,7 @@ fn generated_declarations_compile_to_correct_launches() {
     // Seeds past the default range whose declarations once found a bug, kept as regressions.
     let regressions = [
         434, 580, 620, 773, 1169, 4214, 5386, 6395, 6963, 41708, 90486, 133199, 134893, 1060, 2314, 142407, 1229, 785,
-        1746, 2914, 2983, 152830,
+        1746, 2914, 2983, 152830, 157686,
     ];
     for seed in (first..first + cases).chain(regressions) {
         match caught(seed, || run_case(seed, &opts)) {

@@ -1951,3 +1951,95 @@ fn the_interpreter_addresses_a_workspace_by_the_shape_each_kernel_declares_for_i
     assert!(matches!(err, interp::InterpError::ParamShape { .. }), "{err}");
     assert!(err.to_string().contains("_max"), "{err}");
 }
+
+#[test]
+fn a_contraction_that_does_not_fill_its_tile_is_padded_with_zeros_the_product_ignores() {
+    // A contraction of 24 or 3 is read in a tile rounded up to the MMA depth (16); one of 40
+    // in tiles of 32 and 48; a dynamic one in tiles whose last runs past its end. The loads
+    // fill the right operand's rows past the end with zeros, and a left operand computed in
+    // registers must be finite there: `recip` of the zero fill is infinite, and `inf · 0`
+    // would make every row NaN, so that operand is masked to zero past the end. A softmax's
+    // probabilities are 0 there already, and are not masked again.
+    let cases = [
+        ("n: { value: 256, dynamic: true }, k: 24, m: 64", "y = matmul(recip(x), w)", 45),
+        ("n: { value: 256, dynamic: true }, k: 40, m: 64", "y = matmul(recip(x), w)", 45),
+        ("n: { value: 256, dynamic: true }, k: { value: 64, dynamic: true }, m: 64", "y = matmul(recip(x), w)", 40),
+        ("n: { value: 256, dynamic: true }, k: 3, m: 32", "y = matmul(log(x * x + 1.0), w)", 45),
+        ("n: { value: 256, dynamic: true }, k: 24, m: 64", "y = matmul(x, w)", 45),
+    ];
+    for (dims, body, extent) in cases {
+        let g = columns_kernel(dims, "x: \"f32[n, k]\", w: \"f16[k, m]\"", "y: \"f32[n, m]\"", body);
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let best = c.best();
+        assert!(best.kernels.iter().all(|k| k.tile().is_some()), "{dims}: {body} runs as tile kernels");
+        let mut padded = false;
+        for r in &c.ranked {
+            let l = &r.candidate.launch;
+            for k in l.kernels.iter().filter_map(|k| k.tile()) {
+                for s in flatten(&k.body) {
+                    if let Stmt::Mma { k: depth, .. } = s {
+                        assert_eq!(depth % 16, 0, "{body}: an MMA {depth} deep");
+                    }
+                    if let Stmt::Assign { expr: Expr::MaskCols(_, _, fill), .. } = s {
+                        padded |= *fill == 0.0;
+                    }
+                }
+            }
+            // The dynamic dims at `extent` (a contraction of 40 ends inside its last tile),
+            // inputs of both signs, some near zero.
+            interpreted_within_tolerance(&g, l, extent, 7, 3.0);
+        }
+        assert_eq!(padded, body.contains("recip"), "{body}: masked past the end exactly when infinite there");
+    }
+    // The probabilities of an attention decode are zero past the keys' end already.
+    let c = compiled("mha_d128_decode");
+    for k in c.best().kernels.iter().filter_map(|k| k.tile()) {
+        for s in flatten(&k.body) {
+            if let Stmt::Assign { expr: Expr::MaskCols(_, _, fill), .. } = s {
+                assert!(*fill != 0.0, "the probabilities are not masked again");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_value_stored_for_a_later_kernel_keeps_its_true_scale_in_f32() {
+    // A softmax down the columns, then two products. The search finds
+    // `(exp(x) @ (transpose(w) / sum(exp(x), axis=0))) @ v`, whose first kernel would store
+    // `transpose(w) / sum(exp(x), axis=0)`: at exp arguments near 200 its true value is
+    // below f32's range, and the second kernel's `exp(x)` cannot bring it back. The declared
+    // graph never holds that value; every launch must stay within f32 where it does.
+    let g = columns_kernel(
+        "a: { value: 64, dynamic: true }, b: 8",
+        "x: \"f32[b, a]\", w: \"f16[a, a]\", v: \"f16[a, b]\"",
+        "y: \"f32[b, b]\"",
+        "y = matmul(matmul(softmax(x, axis=0), transpose(w)), v) / 3",
+    );
+    let c = compile(&g, &Options::default()).expect("compiles");
+    assert!(c.best().kernels.iter().all(|k| k.tile().is_some()), "the best launch runs as tile kernels");
+    every_launch_within_tolerance(&g, &c, &bound(&g, "a", 65), 11, 200.0, 200.0);
+}
+
+#[test]
+fn a_product_whose_columns_are_not_a_multiple_of_8_is_tiled_rounded_up_to_them() {
+    // A product's columns come in groups of 8. A declared width of 3, 12 or 20 (or a dynamic
+    // one whose representative value is 3) used to leave no tile a product could take, and
+    // the kernel fell back to stages; its tile is now rounded up to a multiple of 8, the
+    // columns past the end loaded as zeros and never stored.
+    let cases = [
+        ("n: { value: 256, dynamic: true }, k: 24, m: 3", 45),
+        ("n: { value: 256, dynamic: true }, k: 32, m: 12", 45),
+        ("n: { value: 256, dynamic: true }, k: 3, m: 20", 45),
+        ("n: 128, k: 64, m: { value: 3, dynamic: true }", 13),
+    ];
+    for (dims, extent) in cases {
+        let g = columns_kernel(dims, "x: \"f32[n, k]\", w: \"f16[k, m]\"", "y: \"f32[n, m]\"", "y = matmul(x, w)");
+        let c = compile(&g, &Options::default()).expect("compiles");
+        let best = c.best();
+        assert!(best.kernels.iter().all(|k| k.tile().is_some()), "{dims}: runs as tile kernels");
+        assert!(mmas(&best.kernels[0].tile().expect("a tile kernel").body) > 0, "{dims}: on the tensor cores");
+        for r in &c.ranked {
+            interpreted_within_tolerance(&g, &r.candidate.launch, extent, 9, 3.0);
+        }
+    }
+}

@@ -44,13 +44,17 @@ pub fn schedule(g: &Graph, cfg: &TileConfig) -> Result<ItGraph, ScheduleError> {
     for out in &g.outputs {
         let mut axes = Vec::new();
         let mut seen: Vec<DimVar> = Vec::new();
-        for &d in g.shape(out.node) {
+        let rank = g.shape(out.node).len();
+        for (j, &d) in g.shape(out.node).iter().enumerate() {
             let Dim::Var(v) = d else {
                 axes.push(AxisRange::unit());
                 continue;
             };
             let info = g.dims.get(v);
-            let tile = cfg.out.get(&v).copied().unwrap_or(info.value).min(info.value.max(1));
+            // A tile is no wider than its axis, but a row is kept a multiple of 8 columns,
+            // the width a product's columns come in: past the end they are predicated.
+            let most = if j + 1 == rank { info.value.div_ceil(8) * 8 } else { info.value };
+            let tile = cfg.out.get(&v).copied().unwrap_or(info.value).min(most.max(1));
             let tiled = info.dynamic || tile < info.value;
             let occurrence = seen.iter().filter(|&&x| x == v).count();
             seen.push(v);
@@ -155,7 +159,7 @@ fn reduction_tile(g: &Graph, cfg: &TileConfig, id: NodeId) -> Option<(Dim, u64)>
     Some((d, cfg.red.get(&id).copied().unwrap_or(full)))
 }
 
-/// True when the reduction must run as a loop: its tile is smaller than the axis, or the axis is
+/// True when the reduction must run as a loop: its tile is not the axis' extent, or the axis is
 /// dynamic.
 fn is_iterative(g: &Graph, cfg: &TileConfig, id: NodeId) -> Result<bool, ScheduleError> {
     let Some((d, tile)) = reduction_tile(g, cfg, id) else { return Ok(false) };
@@ -166,7 +170,9 @@ fn is_iterative(g: &Graph, cfg: &TileConfig, id: NodeId) -> Result<bool, Schedul
             if info.dynamic && tile >= info.value && !cfg.red.contains_key(&id) {
                 return Err(ScheduleError::UntiledDynamicAxis { dim: info.name.clone() });
             }
-            Ok(info.dynamic || tile < info.value)
+            // A tile past a static axis' end (a contraction rounded up to the MMA depth) is a
+            // loop of one trip, predicated like a dynamic axis' last tile.
+            Ok(info.dynamic || tile != info.value)
         }
     }
 }

@@ -57,6 +57,15 @@ pub fn primary_output(g: &Graph) -> NodeId {
 pub fn configs(g: &Graph) -> Vec<TileConfig> {
     let primary = g.shape(primary_output(g)).to_vec();
     let rank = primary.len();
+    // The dims that are some product's columns.
+    let product_columns: BTreeSet<DimVar> = g
+        .ids()
+        .filter(|id| matches!(g.node(*id).op, Op::MatMul))
+        .filter_map(|id| match g.shape(id).last() {
+            Some(Dim::Var(v)) => Some(*v),
+            _ => None,
+        })
+        .collect();
     // Candidate tiles per output dim.
     let mut out_choices: Vec<(DimVar, Vec<u64>)> = Vec::new();
     for (j, d) in primary.iter().enumerate() {
@@ -70,6 +79,12 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             if !info.dynamic && e <= 256 {
                 let mut c = vec![e];
                 c.extend([64, 128].into_iter().filter(|t| *t < e && e % t == 0));
+                // A product's columns come in groups of 8 (the MMA's width). A declared
+                // axis that is not a multiple of 8 is also tiled rounded up to one, its
+                // columns past the end loaded as zeros and never stored.
+                if e % 8 != 0 && product_columns.contains(&v) {
+                    c.push(e.div_ceil(8) * 8);
+                }
                 c
             } else if !info.dynamic && e <= 512 {
                 // A whole row of up to 512 columns: the one tile with which an output axis that
@@ -146,6 +161,14 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
             if e <= 256 || (e <= 512 && output_last.contains(&v)) {
                 c.push(e);
             }
+            // A product's contraction tile must be a multiple of the MMA depth (16). A
+            // declared axis that is not one is read in a tile rounded up to it, zero past its
+            // end, as a dynamic axis' last tile is. A split's chunk is not: other split counts
+            // give chunks that need no padding.
+            let contracted = nodes.iter().any(|n| matches!(g.node(*n).op, Op::MatMul));
+            if contracted && matches!(info.kind, DimKind::Plain) && e % 16 != 0 && round16(e) <= 256 {
+                c.push(round16(e));
+            }
             c.extend(RED_TILES.into_iter().filter(|t| *t < e));
             c
         };
@@ -201,13 +224,13 @@ pub fn configs(g: &Graph) -> Vec<TileConfig> {
         .collect()
 }
 
-/// True when some reduction of the configuration runs as a loop: its tile is smaller than its
-/// axis, or the axis is dynamic.
+/// True when some reduction of the configuration runs as a loop: its tile is not its axis'
+/// extent, or the axis is dynamic.
 fn loops(g: &Graph, c: &TileConfig) -> bool {
     c.red.iter().any(|(id, tile)| match reduced_dim(g, *id) {
         Some(Dim::Var(v)) => {
             let info = g.dims.get(v);
-            info.dynamic || *tile < info.value
+            info.dynamic || *tile != info.value
         }
         _ => false,
     })

@@ -23,6 +23,7 @@
 
 mod extents;
 mod ops;
+mod padding;
 mod rescale;
 mod resources;
 mod split;
@@ -162,6 +163,9 @@ struct Lowerer<'a> {
     /// For each lowered loop, how the state it carries would merge across warps that split
     /// it: its running maxima and accumulators (`None`: some of it cannot be merged).
     loop_state: BTreeMap<IterId, Option<Vec<(BufId, MergeOp)>>>,
+    /// The expression each register buffer was assigned once ([`Lowerer::materialize`]):
+    /// what it holds past a ragged tile's end ([`padding`]).
+    assigned: BTreeMap<BufId, Expr>,
 }
 
 /// Plans one kernel of a launch under its schedule.
@@ -194,6 +198,7 @@ pub fn lower(g: &Graph, it: &ItGraph, cfg: &TileConfig, io: &KernelIo) -> Result
         element_maxima: BTreeSet::new(),
         log_regs: BTreeMap::new(),
         loop_state: BTreeMap::new(),
+        assigned: BTreeMap::new(),
     };
     lowerer.declare_params();
     lowerer.check_requests(it)?;
@@ -360,6 +365,13 @@ impl Lowerer<'_> {
                     scaled_outputs.push(o);
                     expr
                 }
+                // A value a later kernel reads is not brought back to its true scale:
+                // `x · exp(m)^d` can leave f32 where every declared value stays in it. A
+                // reassociated graph may store `w / sum(exp(x))` for a product with `exp(x)`
+                // to cancel; its true value underflows to zero once `x` passes 88 or so. Only
+                // a declared output is normalized; a workspace carries its max instead (the
+                // arm above) or the kernel is refused.
+                (Some(s), Binding::Workspace(_)) if s.degree != 0 => return Err(PlanError::LeavesRunningMaxScale),
                 (s, _) => self.normalize(expr, s),
             };
             let param = self.param_of[&self.io.outputs[o]];

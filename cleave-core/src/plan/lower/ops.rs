@@ -149,6 +149,7 @@ impl Lowerer<'_> {
         if let Some(l) = self.log_form(&expr) {
             self.log_regs.insert(b, l);
         }
+        self.assigned.insert(b, expr.clone());
         body.push(Stmt::Assign { dst: b, expr });
         b
     }
@@ -251,7 +252,7 @@ impl Lowerer<'_> {
             // A product with one column (a matrix-vector product) has nothing for the tensor
             // cores: each row is a dot product, in f32 whatever the vector's type.
             Op::MatMul if self.g.shape(n.args[1]).last() == Some(&Dim::One) => self.matvec(id, it, accs, body)?,
-            Op::MatMul => self.matmul(id, accs, cols, body)?,
+            Op::MatMul => self.matmul(id, it, accs, cols, body)?,
             Op::Reduce(op, axis) => self.reduce(id, op, axis, it, accs, cols, body)?,
         };
         // A value read more than once is computed once.
@@ -429,6 +430,7 @@ impl Lowerer<'_> {
     fn matmul(
         &mut self,
         id: NodeId,
+        it: &ItGraph,
         accs: &BTreeSet<NodeId>,
         cols: u64,
         body: &mut Vec<Stmt>,
@@ -457,6 +459,15 @@ impl Lowerer<'_> {
             }
             Value::Reg { expr, cols: k, scale: s } => {
                 scale = s;
+                // Past a ragged contraction's end the right operand's rows are zero; this
+                // operand's columns there must be finite, or `inf · 0` makes the row NaN.
+                let limits = it.tmaps.get(&n.args[0]).and_then(|t| t.axes.last()).map(|a| a.limits.clone());
+                let expr = match limits {
+                    Some(l) if !l.is_empty() && !self.pad(&expr, &l).is_finite() => {
+                        Expr::MaskCols(Box::new(expr), l, 0.0)
+                    }
+                    _ => expr,
+                };
                 let b = self.materialize(self.name_of(n.args[0]), expr, k, body);
                 self.mma_a_frags.insert(b);
                 (MmaA::Frag(b), k)
