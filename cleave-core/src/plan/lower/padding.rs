@@ -46,23 +46,8 @@ impl Pad {
 
 fn unary(op: UnaryOp, x: Pad) -> Pad {
     match x {
-        Pad::Known(v) => {
-            let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
-            Pad::Known(match op {
-                UnaryOp::Exp => v.exp(),
-                UnaryOp::Log => v.ln(),
-                UnaryOp::Sqrt => v.sqrt(),
-                UnaryOp::Rsqrt => 1.0 / v.sqrt(),
-                UnaryOp::Square => v * v,
-                UnaryOp::Recip => 1.0 / v,
-                UnaryOp::Silu => v * sigmoid(v),
-                UnaryOp::Sigmoid => sigmoid(v),
-                UnaryOp::Neg => -v,
-                // Finite wherever its argument is, and zero at zero.
-                UnaryOp::Gelu if v == 0.0 => 0.0,
-                UnaryOp::Gelu => return if v.is_finite() { Pad::Finite } else { Pad::Any },
-            })
-        }
+        // The op's own evaluation, whose finiteness is the kernels'.
+        Pad::Known(v) => Pad::Known(op.eval(v)),
         // Of a finite argument these are finite; the others can overflow or leave their
         // domain.
         Pad::Finite => match op {
@@ -75,13 +60,7 @@ fn unary(op: UnaryOp, x: Pad) -> Pad {
 
 fn binary(op: BinaryOp, a: Pad, b: Pad) -> Pad {
     match (a, b) {
-        (Pad::Known(x), Pad::Known(y)) => Pad::Known(match op {
-            BinaryOp::Add => x + y,
-            BinaryOp::Sub => x - y,
-            BinaryOp::Mul => x * y,
-            BinaryOp::Div => x / y,
-            BinaryOp::Max => x.max(y),
-        }),
+        (Pad::Known(x), Pad::Known(y)) => Pad::Known(op.eval(x, y)),
         (Pad::Known(z), f) | (f, Pad::Known(z)) if op == BinaryOp::Mul && z == 0.0 && f.is_finite() => Pad::Known(0.0),
         (a, b) if !a.is_finite() || !b.is_finite() => Pad::Any,
         // Both finite: only a division can leave the finite values (by zero).
